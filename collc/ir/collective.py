@@ -1,0 +1,215 @@
+"""The collective IR: what each rank holds before, and must hold after.
+
+Chunks are symbols. `ChunkId(r, i)` is chunk i of rank r's input buffer. A `Value` is
+the set of chunk symbols reduced together into one buffer slot: a plain copy of a chunk
+is a one-element set, an AllReduce result is the set of that index over every rank.
+Keeping reductions as sets (not sums) lets the verifier name a double count or a
+missing contribution exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable, NamedTuple
+
+
+class ChunkId(NamedTuple):
+    rank: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"chunk({self.rank}, {self.index})"
+
+
+Value = frozenset  # frozenset[ChunkId]
+
+
+def value_str(value: Value | None) -> str:
+    if value is None:
+        return "nothing"
+    items = sorted(value)
+    if len(items) == 1:
+        return str(items[0])
+    if len(items) <= 4:
+        return "sum(" + ", ".join(str(c) for c in items) + ")"
+    return f"sum of {len(items)} chunks (" + ", ".join(str(c) for c in items[:3]) + ", ...)"
+
+
+class CollectiveKind(str, Enum):
+    """The family a collective belongs to. Passes decide from the postcondition's
+    structure, not from this label; it names the collective in reports and XML."""
+
+    ALLGATHER = "allgather"
+    REDUCESCATTER = "reducescatter"
+    ALLREDUCE = "allreduce"
+    ALLTOALL = "alltoall"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A collective over `ranks` ranks.
+
+    `inputs[r][i]` is the value rank r's input slot i holds at the start (normally
+    {chunk(r, i)}); `outputs[r][j]` is the value rank r's output slot j must hold at the
+    end, or None where nothing is required.
+    """
+
+    name: str
+    kind: CollectiveKind
+    ranks: int
+    chunks: int  # chunks per rank: the granularity parameter of the collective
+    inputs: tuple[tuple[Value, ...], ...]
+    outputs: tuple[tuple[Value | None, ...], ...]
+    root: int | None = None
+
+    @property
+    def in_chunks(self) -> int:
+        return max((len(b) for b in self.inputs), default=0)
+
+    @property
+    def out_chunks(self) -> int:
+        return max((len(b) for b in self.outputs), default=0)
+
+    @property
+    def has_reduction(self) -> bool:
+        return any(v is not None and len(v) > 1 for b in self.outputs for v in b)
+
+    def demands(self) -> dict[ChunkId, frozenset[int]]:
+        """For a collective without reductions: chunk -> ranks whose output needs it."""
+        need: dict[ChunkId, set[int]] = {}
+        for r, buf in enumerate(self.outputs):
+            for v in buf:
+                if v is not None and len(v) == 1:
+                    (c,) = v
+                    need.setdefault(c, set()).add(r)
+        return {c: frozenset(rs) for c, rs in need.items()}
+
+    # --- JSON --------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        def enc(v: Value | None):
+            return None if v is None else sorted([c.rank, c.index] for c in v)
+
+        return {
+            "name": self.name,
+            "kind": self.kind.value,
+            "ranks": self.ranks,
+            "chunks": self.chunks,
+            "root": self.root,
+            "inputs": [[enc(v) for v in b] for b in self.inputs],
+            "outputs": [[enc(v) for v in b] for b in self.outputs],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Collective":
+        def dec(v):
+            return None if v is None else frozenset(ChunkId(r, i) for r, i in v)
+
+        return cls(
+            name=data["name"],
+            kind=CollectiveKind(data["kind"]),
+            ranks=int(data["ranks"]),
+            chunks=int(data["chunks"]),
+            root=data.get("root"),
+            inputs=tuple(tuple(dec(v) for v in b) for b in data["inputs"]),
+            outputs=tuple(tuple(dec(v) for v in b) for b in data["outputs"]),
+        )
+
+
+# --- the standard collectives, built directly ---------------------------------------
+# The stdlib's .coll definitions produce the same objects; these builders serve passes
+# and tests that need a collective without going through the front end.
+
+def _identity_inputs(ranks: int, n: int) -> tuple[tuple[Value, ...], ...]:
+    return tuple(tuple(frozenset({ChunkId(r, i)}) for i in range(n)) for r in range(ranks))
+
+
+def _one(r: int, i: int) -> Value:
+    return frozenset({ChunkId(r, i)})
+
+
+def allgather(ranks: int, chunks: int = 1) -> Collective:
+    outs = tuple(tuple(_one(s, i) for s in range(ranks) for i in range(chunks)) for _ in range(ranks))
+    return Collective("allgather", CollectiveKind.ALLGATHER, ranks, chunks, _identity_inputs(ranks, chunks), outs)
+
+
+def reducescatter(ranks: int, chunks: int = 1) -> Collective:
+    outs = tuple(
+        tuple(frozenset(ChunkId(s, r * chunks + i) for s in range(ranks)) for i in range(chunks))
+        for r in range(ranks)
+    )
+    return Collective("reducescatter", CollectiveKind.REDUCESCATTER, ranks, chunks,
+                      _identity_inputs(ranks, ranks * chunks), outs)
+
+
+def allreduce(ranks: int, chunks: int = 1) -> Collective:
+    n = ranks * chunks
+    outs = tuple(tuple(frozenset(ChunkId(s, j) for s in range(ranks)) for j in range(n)) for _ in range(ranks))
+    return Collective("allreduce", CollectiveKind.ALLREDUCE, ranks, chunks, _identity_inputs(ranks, n), outs)
+
+
+def alltoall(ranks: int, chunks: int = 1) -> Collective:
+    outs = tuple(tuple(_one(s, r * chunks + i) for s in range(ranks) for i in range(chunks)) for r in range(ranks))
+    return Collective("alltoall", CollectiveKind.ALLTOALL, ranks, chunks,
+                      _identity_inputs(ranks, ranks * chunks), outs)
+
+
+def broadcast(ranks: int, chunks: int = 1, root: int = 0) -> Collective:
+    outs = tuple(tuple(_one(root, i) for i in range(chunks)) for _ in range(ranks))
+    return Collective("broadcast", CollectiveKind.BROADCAST, ranks, chunks, _identity_inputs(ranks, chunks),
+                      outs, root)
+
+
+def reduce(ranks: int, chunks: int = 1, root: int = 0) -> Collective:
+    outs = tuple(
+        tuple(frozenset(ChunkId(s, i) for s in range(ranks)) if r == root else None for i in range(chunks))
+        for r in range(ranks)
+    )
+    return Collective("reduce", CollectiveKind.REDUCE, ranks, chunks, _identity_inputs(ranks, chunks), outs, root)
+
+
+def gather(ranks: int, chunks: int = 1, root: int = 0) -> Collective:
+    outs = tuple(
+        tuple(_one(s, i) if r == root else None for s in range(ranks) for i in range(chunks))
+        for r in range(ranks)
+    )
+    return Collective("gather", CollectiveKind.GATHER, ranks, chunks, _identity_inputs(ranks, chunks), outs, root)
+
+
+def scatter(ranks: int, chunks: int = 1, root: int = 0) -> Collective:
+    outs = tuple(tuple(_one(root, r * chunks + i) for i in range(chunks)) for r in range(ranks))
+    return Collective("scatter", CollectiveKind.SCATTER, ranks, chunks,
+                      _identity_inputs(ranks, ranks * chunks), outs, root)
+
+
+STANDARD = {
+    CollectiveKind.ALLGATHER: allgather,
+    CollectiveKind.REDUCESCATTER: reducescatter,
+    CollectiveKind.ALLREDUCE: allreduce,
+    CollectiveKind.ALLTOALL: alltoall,
+    CollectiveKind.BROADCAST: broadcast,
+    CollectiveKind.REDUCE: reduce,
+    CollectiveKind.GATHER: gather,
+    CollectiveKind.SCATTER: scatter,
+}
+
+
+def standard(kind: CollectiveKind | str, ranks: int, chunks: int = 1, root: int = 0) -> Collective:
+    kind = CollectiveKind(kind)
+    build = STANDARD[kind]
+    if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER, CollectiveKind.SCATTER):
+        return build(ranks, chunks, root)  # type: ignore[call-arg]
+    return build(ranks, chunks)
+
+
+def chunks_of(values: Iterable[Value | None]) -> set[ChunkId]:
+    out: set[ChunkId] = set()
+    for v in values:
+        if v:
+            out |= v
+    return out

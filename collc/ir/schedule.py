@@ -1,0 +1,137 @@
+"""The schedule IR: chunk-level copies and reductions, with their order.
+
+A schedule is a list of `Op`s in a topological order of their dependencies. Each op
+moves `count` consecutive slots from `src` to `dst` (possibly on another rank, through
+the topology) and either overwrites the destination (copy) or adds into it (reduce).
+`deps` are ops that must finish first; `step` is the op's logical time (an epoch for a
+synthesized schedule, a program-order level for a hand-written one) and is what the
+simulator and the backends order by when several ops are ready.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, NamedTuple
+
+from collc.diagnostics import Span
+from collc.ir.collective import Collective
+
+
+class Buffer(str, Enum):
+    """A rank's buffers; the values are MSCCL XML's buffer tokens."""
+
+    INPUT = "i"
+    OUTPUT = "o"
+    SCRATCH = "s"
+
+    @property
+    def label(self) -> str:
+        return {"i": "input", "o": "output", "s": "scratch"}[self.value]
+
+
+class Loc(NamedTuple):
+    """One slot (chunk-sized) of one rank's buffer."""
+
+    rank: int
+    buffer: Buffer
+    index: int
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} {self.buffer.label}[{self.index}]"
+
+    def shifted(self, k: int) -> "Loc":
+        return Loc(self.rank, self.buffer, self.index + k)
+
+
+class OpKind(str, Enum):
+    COPY = "copy"  # dst = src
+    REDUCE = "reduce"  # dst = dst + src
+
+
+@dataclass(frozen=True)
+class Op:
+    id: int
+    kind: OpKind
+    src: Loc
+    dst: Loc
+    count: int = 1
+    deps: tuple[int, ...] = ()
+    step: int = 0
+    # Nodes from the source GPU to the destination GPU, both included. Empty: a local
+    # op, or a transfer whose path the simulator chooses (fewest hops, widest).
+    route: tuple[str, ...] = ()
+    origin: Span | None = field(default=None, compare=False)
+
+    @property
+    def is_transfer(self) -> bool:
+        return self.src.rank != self.dst.rank
+
+    def slots(self):
+        """(src, dst) slot pairs this op touches."""
+        return [(self.src.shifted(k), self.dst.shifted(k)) for k in range(self.count)]
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id, "kind": self.kind.value,
+            "src": [self.src.rank, self.src.buffer.value, self.src.index],
+            "dst": [self.dst.rank, self.dst.buffer.value, self.dst.index],
+            "count": self.count, "deps": list(self.deps), "step": self.step,
+        }
+        if self.route:
+            d["route"] = list(self.route)
+        if self.origin is not None:
+            d["origin"] = self.origin.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Op":
+        s, t = d["src"], d["dst"]
+        return cls(
+            id=int(d["id"]), kind=OpKind(d["kind"]),
+            src=Loc(int(s[0]), Buffer(s[1]), int(s[2])), dst=Loc(int(t[0]), Buffer(t[1]), int(t[2])),
+            count=int(d.get("count", 1)), deps=tuple(int(x) for x in d.get("deps", ())),
+            step=int(d.get("step", 0)), route=tuple(d.get("route", ())),
+            origin=Span.from_json(d.get("origin")),
+        )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Ops that turn the collective's precondition into its postcondition on a topology."""
+
+    name: str
+    collective: Collective
+    topology: str  # the topology's name; the Topology itself travels beside the schedule
+    ops: tuple[Op, ...]
+    scratch: tuple[int, ...] = ()  # scratch slots per rank (empty: none)
+    # What produced it: solver status, epochs, ... (free-form, JSON-serializable).
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def scratch_slots(self, rank: int) -> int:
+        return self.scratch[rank] if rank < len(self.scratch) else 0
+
+    def with_meta(self, **kv: Any) -> "Schedule":
+        return replace(self, meta={**self.meta, **kv})
+
+    @property
+    def num_steps(self) -> int:
+        return 1 + max((op.step for op in self.ops), default=-1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "topology": self.topology,
+            "collective": self.collective.to_json(),
+            "scratch": list(self.scratch),
+            "meta": self.meta,
+            "ops": [op.to_json() for op in self.ops],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Schedule":
+        return cls(
+            name=d["name"], topology=d["topology"], collective=Collective.from_json(d["collective"]),
+            ops=tuple(Op.from_json(o) for o in d["ops"]), scratch=tuple(d.get("scratch", ())),
+            meta=dict(d.get("meta", {})),
+        )

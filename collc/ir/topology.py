@@ -1,0 +1,137 @@
+"""The topology IR: nodes (GPUs, switches, NICs) joined by directed links.
+
+Units are SI throughout: bandwidth in bytes per second, latency in seconds.
+A two-way link in the language becomes two directed `Link`s here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import cached_property
+from typing import Any
+
+
+class NodeKind(str, Enum):
+    """What a node is. Only GPUs hold buffers; switches and NICs forward."""
+
+    GPU = "gpu"
+    SWITCH = "switch"
+    NIC = "nic"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    kind: NodeKind
+    # The collective rank of a GPU (its position in declaration order); None otherwise.
+    rank: int | None = None
+
+    @property
+    def holds_data(self) -> bool:
+        return self.kind is NodeKind.GPU
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed link. `bandwidth` is per lane; `multiplicity` lanes run in parallel."""
+
+    src: str
+    dst: str
+    bandwidth: float  # bytes per second, one lane
+    latency: float  # seconds
+    multiplicity: int = 1
+
+    @property
+    def capacity(self) -> float:
+        """Bytes per second over all lanes."""
+        return self.bandwidth * self.multiplicity
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    nodes: tuple[Node, ...]
+    links: tuple[Link, ...]
+    # Free-form provenance (where the figures come from); not used by passes.
+    description: str = ""
+    _index: dict[str, Node] = field(default=None, init=False, repr=False, compare=False, hash=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {n.name: n for n in self.nodes})
+
+    # --- lookups -----------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        return self._index[name]
+
+    def has_node(self, name: str) -> bool:
+        return name in self._index
+
+    @cached_property
+    def gpus(self) -> tuple[Node, ...]:
+        """GPU nodes ordered by rank."""
+        return tuple(sorted((n for n in self.nodes if n.kind is NodeKind.GPU), key=lambda n: n.rank))
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.gpus)
+
+    def gpu(self, rank: int) -> Node:
+        return self.gpus[rank]
+
+    @cached_property
+    def out_links(self) -> dict[str, tuple[Link, ...]]:
+        out: dict[str, list[Link]] = {n.name: [] for n in self.nodes}
+        for link in self.links:
+            out[link.src].append(link)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def in_links(self) -> dict[str, tuple[Link, ...]]:
+        inc: dict[str, list[Link]] = {n.name: [] for n in self.nodes}
+        for link in self.links:
+            inc[link.dst].append(link)
+        return {k: tuple(v) for k, v in inc.items()}
+
+    @cached_property
+    def link_map(self) -> dict[tuple[str, str], Link]:
+        """(src, dst) -> link. Parallel links between one pair are merged by the front end."""
+        return {(l.src, l.dst): l for l in self.links}
+
+    def link(self, src: str, dst: str) -> Link:
+        return self.link_map[(src, dst)]
+
+    def to_networkx(self):  # -> networkx.DiGraph
+        """A DiGraph with `capacity` (bytes/s) and `latency` (s) on every edge."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for n in self.nodes:
+            g.add_node(n.name, kind=n.kind.value, rank=n.rank)
+        for l in self.links:
+            g.add_edge(l.src, l.dst, capacity=l.capacity, latency=l.latency, bandwidth=l.bandwidth,
+                       multiplicity=l.multiplicity)
+        return g
+
+    # --- JSON --------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "nodes": [{"name": n.name, "kind": n.kind.value, "rank": n.rank} for n in self.nodes],
+            "links": [
+                {"src": l.src, "dst": l.dst, "bandwidth": l.bandwidth, "latency": l.latency,
+                 "multiplicity": l.multiplicity}
+                for l in self.links
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Topology":
+        return cls(
+            name=data["name"],
+            description=data.get("description", ""),
+            nodes=tuple(Node(d["name"], NodeKind(d["kind"]), d.get("rank")) for d in data["nodes"]),
+            links=tuple(Link(d["src"], d["dst"], float(d["bandwidth"]), float(d["latency"]),
+                             int(d.get("multiplicity", 1))) for d in data["links"]),
+        )

@@ -1,0 +1,24 @@
+"""`verify`: the symbolic postcondition check as a pass (the pass manager also runs it
+after every pass that changes the schedule)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collc.diagnostics import ScheduleError
+from collc.passes.base import CompileUnit, Pass, register_pass
+from collc.verify import verify
+
+
+@register_pass
+@dataclass(frozen=True)
+class VerifySchedule(Pass):
+    name = "verify"
+    summary = "execute the schedule symbolically and check the collective's postcondition"
+    races: bool = True
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        if unit.schedule is None:
+            raise ScheduleError("nothing to verify: no pass before 'verify' produced a schedule")
+        verify(unit.schedule, unit.topology, check_races=self.races)
+        return unit.with_note(self.name, ok=True, ops=len(unit.schedule.ops))

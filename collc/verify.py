@@ -1,0 +1,209 @@
+"""Symbolic execution of a schedule against its collective's postcondition.
+
+Chunks are symbols and a slot's value is the set of chunks reduced into it, so the
+verifier names exactly what went wrong: a read of a slot nothing wrote, a chunk counted
+twice in a reduction, a missing contribution, a race between ops that no dependency
+orders, or a wrong final value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from collc.diagnostics import ScheduleError
+from collc.ir.collective import Value, value_str
+from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
+from collc.ir.topology import NodeKind, Topology
+
+
+def buffer_size(schedule: Schedule, rank: int, buffer: Buffer) -> int:
+    coll = schedule.collective
+    if buffer is Buffer.INPUT:
+        return len(coll.inputs[rank])
+    if buffer is Buffer.OUTPUT:
+        return len(coll.outputs[rank])
+    return schedule.scratch_slots(rank)
+
+
+def check_structure(schedule: Schedule, topology: Topology | None = None) -> None:
+    """Ids unique, deps point backwards, slots in range, routes follow links."""
+    ranks = schedule.collective.ranks
+    if topology is not None and topology.num_ranks != ranks:
+        raise ScheduleError(
+            f"schedule '{schedule.name}' is for {ranks} ranks but topology '{topology.name}' has "
+            f"{topology.num_ranks} GPUs")
+    position: dict[int, int] = {}
+    for pos, op in enumerate(schedule.ops):
+        if op.id in position:
+            raise ScheduleError(f"op {op.id} appears twice in schedule '{schedule.name}'", op.origin)
+        for d in op.deps:
+            if d not in position:
+                raise ScheduleError(
+                    f"op {op.id} depends on op {d}, which does not come before it "
+                    "(ops must be listed in a dependency order)", op.origin)
+            dep_step = schedule.ops[position[d]].step
+            if dep_step >= op.step:
+                # Executors run a schedule step by step; a dependency inside one step
+                # would have to be honoured within a step that runs all at once.
+                raise ScheduleError(
+                    f"op {op.id} (step {op.step}) depends on op {d} (step {dep_step}); "
+                    "a dependency must be at an earlier step", op.origin)
+        position[op.id] = pos
+        if op.count < 1:
+            raise ScheduleError(f"op {op.id} moves {op.count} slots; it must move at least one", op.origin)
+        for loc in (op.src, op.dst):
+            if not 0 <= loc.rank < ranks:
+                raise ScheduleError(f"op {op.id} names rank {loc.rank}, but there are {ranks} ranks", op.origin)
+            size = buffer_size(schedule, loc.rank, loc.buffer)
+            if loc.index < 0 or loc.index + op.count > size:
+                raise ScheduleError(
+                    f"op {op.id} touches rank {loc.rank} {loc.buffer.label}[{loc.index}"
+                    f"{'' if op.count == 1 else f'..{loc.index + op.count}'}], but that buffer has {size} slots",
+                    op.origin)
+        if topology is not None and op.route:
+            _check_route(op, topology)
+
+
+def _check_route(op: Op, topology: Topology) -> None:
+    src, dst = topology.gpu(op.src.rank).name, topology.gpu(op.dst.rank).name
+    if op.route[0] != src or op.route[-1] != dst:
+        raise ScheduleError(
+            f"op {op.id} is routed {' -> '.join(op.route)}, which does not run from {src} to {dst}", op.origin)
+    for a, b in zip(op.route, op.route[1:]):
+        if (a, b) not in topology.link_map:
+            raise ScheduleError(f"op {op.id} is routed over {a} -> {b}, which is not a link", op.origin)
+    for mid in op.route[1:-1]:
+        if topology.node(mid).kind is NodeKind.GPU:
+            raise ScheduleError(
+                f"op {op.id} passes through GPU {mid} without storing; relay through a GPU with two ops",
+                op.origin)
+
+
+class _Order:
+    """Happens-before queries over the dependency DAG."""
+
+    def __init__(self, ops: tuple[Op, ...]):
+        self.pos = {op.id: i for i, op in enumerate(ops)}
+        self.deps = {op.id: op.deps for op in ops}
+
+    def before(self, a: int, b: int) -> bool:
+        """True if op a is an ancestor of op b (a must finish before b starts)."""
+        if a == b:
+            return False
+        pa = self.pos[a]
+        stack = [b]
+        seen = {b}
+        while stack:
+            x = stack.pop()
+            for d in self.deps[x]:
+                if d == a:
+                    return True
+                # Ancestors of a come before it in list order, so they cannot lead to a.
+                if d not in seen and self.pos[d] > pa:
+                    seen.add(d)
+                    stack.append(d)
+        return False
+
+
+def execute(schedule: Schedule, check_races: bool = True) -> dict[Loc, Value]:
+    """Run the ops symbolically; return the final value of every written or initial slot."""
+    coll = schedule.collective
+    state: dict[Loc, Value] = {}
+    for r, buf in enumerate(coll.inputs):
+        for i, v in enumerate(buf):
+            state[Loc(r, Buffer.INPUT, i)] = v
+    order = _Order(schedule.ops) if check_races else None
+    writer: dict[Loc, int] = {}  # last op that wrote the slot
+    readers: dict[Loc, list[int]] = {}  # ops that read it since that write
+
+    for op in schedule.ops:
+        for src, dst in op.slots():
+            v = state.get(src)
+            if v is None:
+                raise ScheduleError(f"op {op.id} reads {src}, which holds nothing at that point", op.origin)
+            if op.kind is OpKind.REDUCE:
+                cur = state.get(dst)
+                if cur is None:
+                    raise ScheduleError(
+                        f"op {op.id} reduces into {dst}, which holds nothing at that point", op.origin)
+                twice = cur & v
+                if twice:
+                    raise ScheduleError(
+                        f"op {op.id} reduces {value_str(v)} into {dst}, which already holds "
+                        f"{value_str(cur)}: {value_str(frozenset(twice))} would be counted twice", op.origin)
+                new = cur | v
+            else:
+                new = v
+            if order is not None:
+                _check_race(op, src, dst, writer, readers, order)
+            state[dst] = new
+            writer[dst] = op.id
+            readers[dst] = []
+            readers.setdefault(src, []).append(op.id)
+            if op.kind is OpKind.REDUCE:
+                readers[dst].append(op.id)
+    return state
+
+
+def _check_race(op: Op, src: Loc, dst: Loc, writer: dict[Loc, int], readers: dict[Loc, list[int]],
+                order: _Order) -> None:
+    w = writer.get(src)
+    if w is not None and w != op.id and not order.before(w, op.id):
+        raise ScheduleError(
+            f"op {op.id} reads {src}, written by op {w}, without depending on it (a race)", op.origin)
+    w = writer.get(dst)
+    if w is not None and not order.before(w, op.id):
+        raise ScheduleError(
+            f"op {op.id} writes {dst}, also written by op {w}, without depending on it (a race)", op.origin)
+    for r in readers.get(dst, ()):
+        if r != op.id and not order.before(r, op.id):
+            raise ScheduleError(
+                f"op {op.id} overwrites {dst} while op {r} may still be reading it (a race)", op.origin)
+
+
+def check_postcondition(schedule: Schedule, state: dict[Loc, Value]) -> None:
+    coll = schedule.collective
+    last_writer: dict[Loc, Op] = {}
+    for op in schedule.ops:
+        for _, dst in op.slots():
+            last_writer[dst] = op
+    for r, buf in enumerate(coll.outputs):
+        for j, want in enumerate(buf):
+            if want is None:
+                continue
+            loc = Loc(r, Buffer.OUTPUT, j)
+            got = state.get(loc)
+            if got == want:
+                continue
+            culprit = last_writer.get(loc)
+            span = culprit.origin if culprit is not None else None
+            if got is None:
+                msg = f"{loc} must hold {value_str(want)} but holds nothing"
+            elif got < want:
+                msg = (f"{loc} must hold {value_str(want)} but holds {value_str(got)}: missing "
+                       f"{value_str(frozenset(want - got))}")
+            else:
+                msg = f"{loc} must hold {value_str(want)} but holds {value_str(got)}"
+            raise ScheduleError(f"postcondition of {coll.name} fails: {msg}", span)
+
+
+def verify(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
+    """Raise ScheduleError unless the schedule is well formed and meets the postcondition."""
+    check_structure(schedule, topology)
+    state = execute(schedule, check_races=check_races)
+    check_postcondition(schedule, state)
+
+
+def unreachable_pairs(topology: Topology, ranks: Iterable[int] | None = None) -> list[tuple[int, int]]:
+    """Rank pairs (a, b) where no path of links leads from a's GPU to b's."""
+    import networkx as nx
+
+    g = topology.to_networkx()
+    rs = list(range(topology.num_ranks)) if ranks is None else list(ranks)
+    bad = []
+    for a in rs:
+        reach = nx.descendants(g, topology.gpu(a).name)
+        for b in rs:
+            if a != b and topology.gpu(b).name not in reach:
+                bad.append((a, b))
+    return bad
