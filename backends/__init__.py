@@ -1,0 +1,57 @@
+"""Backends: turn a compiled, verified `CompileUnit` into files.
+
+Each backend module defines `BACKEND`, a `Backend` with a name, the lowering pipeline it
+needs (pass names registered through the `collc.passes` entry points) and an `emit`
+function. Backends read only the IR; nothing under `collc/` but the CLI and the driver
+imports them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from collc.diagnostics import CollcError
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    inplace: bool = False  # MSCCL: the output buffer aliases the input
+    proto: str = "Simple"  # MSCCL protocol: Simple | LL | LL128
+    instances: int = 1  # copies of the schedule on separate channels
+    size_range: tuple[int, int] | None = None  # bytes [min, max] the file claims; max 0 = no limit
+    max_steps_per_tb: int = 64  # the current MSCCL executor's limit
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    summary: str
+    # Lowering passes run before emit, as pipeline text ("" for none); a function so
+    # that options can shape it.
+    lowering: Callable[[BackendOptions], str]
+    # (unit, output path, options) -> the files written, each written atomically.
+    emit: Callable[[Any, Path, BackendOptions], list[Path]]
+    # The suffix `-o` gets by default when the user names a directory.
+    suffix: str = ""
+
+
+_MODULES = {
+    "json": "collc.backends.json_backend",
+    "msccl-xml": "collc.backends.msccl_xml.backend",
+    "cupy": "collc.backends.cupy.backend",
+}
+
+
+def backend_names() -> list[str]:
+    return list(_MODULES)
+
+
+def get_backend(name: str) -> Backend:
+    if name not in _MODULES:
+        raise CollcError(f"unknown backend '{name}' (known backends: {', '.join(_MODULES)})")
+    module = importlib.import_module(_MODULES[name])
+    return module.BACKEND
