@@ -76,6 +76,13 @@ class Collective:
     def out_chunks(self) -> int:
         return max((len(b) for b in self.outputs), default=0)
 
+    def slot_bytes(self, size_bytes: int) -> float:
+        """Bytes in one slot when the collective moves `size_bytes` as nccl-tests' size
+        column counts it: the larger of a rank's input and output buffers (the output for
+        AllGather and Gather, the input for ReduceScatter and Scatter, either for the
+        rest). All slots of a collective have this size."""
+        return size_bytes / max(self.in_chunks, self.out_chunks, 1)
+
     @property
     def has_reduction(self) -> bool:
         return any(v is not None and len(v) > 1 for b in self.outputs for v in b)

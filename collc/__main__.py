@@ -1,0 +1,5 @@
+import sys
+
+from collc.cli import main
+
+sys.exit(main())

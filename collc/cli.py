@@ -1,0 +1,432 @@
+"""The `collc` command line.
+
+User errors print `FILE:LINE:COL: error: MESSAGE` with the source line and a caret and
+exit 1; usage errors exit 2 (argparse's convention). No traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from collc import __version__
+from collc.diagnostics import CollcError, Span, format_error
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A command line that does not make sense (exit 2)."""
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _json_out(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+# --- check / list / show --------------------------------------------------------------
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from collc import frontend
+
+    failed = 0
+    for path in args.files:
+        try:
+            summary = frontend.check_file(path)
+        except CollcError as err:
+            sys.stderr.write(format_error(err) + "\n")
+            failed += 1
+            continue
+        _out(f"{path}: ok: {summary}")
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from collc import frontend
+
+    catalog = frontend.stdlib_catalog()
+    if args.json:
+        _json_out(catalog)
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    for section, title in (("topologies", "Topologies"), ("collectives", "Collectives"),
+                           ("algorithms", "Algorithms")):
+        table = Table(title=title, title_justify="left")
+        table.add_column("name")
+        table.add_column("parameters" if section != "algorithms" else "implements")
+        table.add_column("description")
+        for item in catalog.get(section, []):
+            if section == "algorithms":
+                second = ", ".join(item.get("implements", []))
+            else:
+                second = ", ".join(f"{p['name']}={p['default']}" if p.get("default") is not None else p["name"]
+                                   for p in item.get("params", []))
+            table.add_row(item["name"], second, item.get("description", ""))
+        console.print(table)
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from collc import frontend
+
+    if args.file:
+        data = frontend.show_file(args.file)
+    elif args.topology:
+        topo = frontend.resolve_topology(args.topology)
+        data = {"topology": topo.to_json()}
+    elif args.collective:
+        coll = frontend.resolve_collective(args.collective, args.ranks)
+        data = {"collective": coll.to_json()}
+    else:
+        raise UsageError("show needs FILE, --topology T or --collective C")
+    if args.json:
+        _json_out(data)
+    else:
+        _out(_describe(data))
+    return EXIT_OK
+
+
+def _describe(data: dict[str, Any]) -> str:
+    """A short human-readable view of the JSON form."""
+    lines: list[str] = []
+    for topo in ([data["topology"]] if "topology" in data else data.get("topologies", [])):
+        gpus = [n for n in topo["nodes"] if n["kind"] == "gpu"]
+        others = [n for n in topo["nodes"] if n["kind"] != "gpu"]
+        lines.append(f"topology {topo['name']}: {len(gpus)} GPUs, {len(others)} switches/NICs, "
+                     f"{len(topo['links'])} directed links")
+        if topo.get("description"):
+            lines.append(f"  {topo['description']}")
+        for l in topo["links"]:
+            mult = f" x{l['multiplicity']}" if l["multiplicity"] != 1 else ""
+            lines.append(f"  {l['src']} -> {l['dst']}: {l['bandwidth'] / 1e9:g} GB/s{mult}, "
+                         f"{l['latency'] * 1e6:g} us")
+    for coll in ([data["collective"]] if "collective" in data else data.get("collectives", [])):
+        lines.append(f"collective {coll['name']} ({coll['kind']}): {coll['ranks']} ranks, "
+                     f"{coll['chunks']} chunk(s) per rank")
+        for r, buf in enumerate(coll["outputs"]):
+            want = ", ".join("-" if v is None else "+".join(f"c{a}.{b}" for a, b in v) for v in buf)
+            lines.append(f"  rank {r} output: [{want}]")
+    for req in data.get("requests", []):
+        lines.append(f"compile {req}")
+    return "\n".join(lines) if lines else "(nothing to show)"
+
+
+# --- compile ------------------------------------------------------------------------
+
+def _parse_sizes(text: str) -> list[int]:
+    from collc import frontend
+
+    return [frontend.parse_size(part.strip(), Span("<--size>", 1, 1)) for part in text.split(",") if part.strip()]
+
+
+def _parse_size_range(text: str) -> tuple[int, int]:
+    from collc import frontend
+
+    if ":" not in text:
+        raise UsageError("--size-range takes MIN:MAX (e.g. 0:1MiB; MAX 0 means no limit)")
+    lo, hi = text.split(":", 1)
+    return (frontend.parse_size(lo or "0", Span("<--size-range>", 1, 1)),
+            frontend.parse_size(hi or "0", Span("<--size-range>", 1, len(lo) + 2)))
+
+
+def _synth_pipeline(args: argparse.Namespace, base: str | None) -> str:
+    if args.pipeline:
+        return args.pipeline
+    opts = []
+    if args.synthesize:
+        opts.append(f"method={args.synthesize}")
+    for flag, key in (("chunks", "chunks"), ("time_limit", "time_limit"), ("mip_gap", "mip_gap"),
+                      ("threads", "threads"), ("seed", "seed")):
+        val = getattr(args, flag)
+        if val is not None:
+            opts.append(f"{key}={val}")
+    if args.quiet:
+        opts.append("progress=false")
+    if base and base != "synthesize" and not opts:
+        return base
+    if base and base.startswith("synthesize{") and opts:
+        inner = base[len("synthesize{"):-1]
+        return "synthesize{" + " ".join([inner] + opts).strip() + "}"
+    return "synthesize{" + " ".join(opts) + "}" if opts else "synthesize"
+
+
+def _jobs(args: argparse.Namespace) -> list:
+    from collc import frontend
+    from collc.driver import CompileJob
+
+    sizes = _parse_sizes(args.size) if args.size else []
+    if args.algorithm and (args.synthesize or args.pipeline):
+        raise UsageError("--algorithm and --synthesize/--pipeline choose different routes: give one")
+    jobs = []
+    if args.file and not (args.topology or args.collective):
+        base = Path(args.file).resolve().parent
+        requests = frontend.load_requests(args.file)
+        if not requests:
+            raise UsageError(f"{args.file} has no compile request: add `compile ... on ... size ...;` "
+                             "or pass --topology and --collective")
+        for req in requests:
+            req_sizes = sizes or ([req.size_bytes] if req.size_bytes else [])
+            if not req_sizes:
+                raise CollcError("this compile request has no size: add `size 1 MiB` or pass --size", req.span)
+            algorithm = args.algorithm or (None if (args.synthesize or args.pipeline) else req.algorithm)
+            for size in req_sizes:
+                jobs.append(CompileJob(
+                    topology=req.topology, collective=req.collective, size_bytes=size, algorithm=algorithm,
+                    schedule=req.schedule if algorithm == req.algorithm else None,
+                    pipeline=_synth_pipeline(args, req.pipeline), span=req.span, base_dir=base))
+        return jobs
+    if not (args.topology and args.collective):
+        raise UsageError("compile needs a FILE with compile requests, or --topology and --collective")
+    if not sizes:
+        raise UsageError("compile needs --size (e.g. --size 256MiB, or several: --size 1KiB,1MiB,64MiB)")
+    base = Path(args.file).resolve().parent if args.file else None
+    topo_spec = f"{args.file}:{args.topology}" if args.file and ":" not in args.topology and \
+        not args.topology.endswith(".coll") and _defines(args.file, args.topology) else args.topology
+    topo = frontend.resolve_topology(topo_spec, base)
+    coll_spec = f"{args.file}:{args.collective}" if args.file and _defines(args.file, args.collective) \
+        else args.collective
+    coll = frontend.resolve_collective(coll_spec, topo.num_ranks, base)
+    for size in sizes:
+        jobs.append(CompileJob(topology=topo, collective=coll, size_bytes=size, algorithm=args.algorithm,
+                               pipeline=_synth_pipeline(args, None), base_dir=base))
+    return jobs
+
+
+def _defines(path: str, spec: str) -> bool:
+    """Whether the user's file defines the name a spec starts with (it then wins over the stdlib)."""
+    from collc import frontend
+
+    name = spec.split("(", 1)[0].strip()
+    return name in frontend.defined_names(path)
+
+
+def _backend_options(args: argparse.Namespace):
+    from collc.backends import BackendOptions
+
+    return BackendOptions(
+        inplace=args.inplace, proto=args.proto, instances=args.instances,
+        size_range=_parse_size_range(args.size_range) if args.size_range else None,
+        max_steps_per_tb=args.max_steps)
+
+
+def _output_path(out: Path, job, backend, many: bool) -> Path:
+    if not many:
+        return out
+    name = f"{job.collective.name}-{job.topology.name}-{job.size_bytes}B{backend.suffix}"
+    return out / _safe_filename(name)
+
+
+def _safe_filename(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in name)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from collc.backends import get_backend
+    from collc.driver import compile_job
+    from collc.io import atomic_write
+
+    backend = get_backend(args.backend)
+    options = _backend_options(args)
+    jobs = _jobs(args)
+    out = Path(args.output)
+    reports = []
+    library = args.backend == "msccl-xml" and len(jobs) > 1
+    if library:
+        from collc.backends.msccl_xml.backend import write_library
+        from collc.driver import make_report, produce_schedule
+        from collc.passes.base import PassManager, parse_pipeline
+
+        units = []
+        for job in jobs:
+            unit, solver = produce_schedule(job)
+            unit = PassManager(parse_pipeline(backend.lowering(options))).run(unit)
+            units.append((job, unit, solver))
+        paths = write_library([u for _, u, _ in units], [j.size_bytes for j, _, _ in units], out, options)
+        for (job, unit, solver), path in zip(units, paths):
+            reports.append(make_report(job, unit, solver, args.backend, [path], not args.no_baselines))
+    else:
+        many = len(jobs) > 1
+        if many and out.exists() and not out.is_dir():
+            raise UsageError(f"{out} is a file, but {len(jobs)} schedules are compiled: give a directory")
+        for job in jobs:
+            result = compile_job(job, args.backend, _output_path(out, job, backend, many), options,
+                                 with_baselines=not args.no_baselines)
+            reports.append(result.report)
+    for rep in reports:
+        if not args.quiet:
+            _print_report(rep)
+    if args.report:
+        atomic_write(args.report, json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n")
+    return EXIT_OK
+
+
+def _fmt_time(us: float | None) -> str:
+    if us is None:
+        return "-"
+    if us >= 1e4:
+        return f"{us / 1e3:,.2f} ms"
+    return f"{us:,.2f} us"
+
+
+def _print_report(rep: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    solver = rep.get("solver") or {}
+    title = (f"{rep['collective']} on {rep['topology']} ({rep['ranks']} ranks), "
+             f"{rep['size_bytes']:,} bytes")
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("schedule time", _fmt_time(rep["time_us"]))
+    ratio = rep.get("ratio_to_lower_bound")
+    table.add_row("lower bound", f"{_fmt_time(rep['lower_bound_us'])}"
+                  + (f"  (time / bound = {ratio:.3f})" if ratio else ""))
+    table.add_row("algbw / busbw", f"{rep['algbw_GBps']:.2f} / {rep['busbw_GBps']:.2f} GB/s")
+    for name, b in rep.get("baselines", {}).items():
+        if b.get("time_us") is None:
+            table.add_row(f"baseline {name}", f"n/a ({b.get('error')})")
+        else:
+            table.add_row(f"baseline {name}", f"{_fmt_time(b['time_us'])}  (speedup {b['speedup']:.2f}x)")
+    status = solver.get("status", "-")
+    if solver.get("optimal") is False:
+        status += " (not proven optimal)"
+    table.add_row("method", f"{solver.get('method', '-')}: {status}, {solver.get('seconds', 0):.2f} s")
+    sched = rep.get("schedule", {})
+    table.add_row("schedule", f"{sched.get('ops')} ops, {sched.get('steps')} steps, "
+                  f"{sched.get('chunks_per_rank')} chunk(s)/rank, verified")
+    for path in rep.get("outputs", []):
+        table.add_row("wrote", path)
+    console.print(table)
+
+
+# --- verify / passes ----------------------------------------------------------------
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from collc.backends.msccl_xml.verify import verify_file
+
+    failed = 0
+    results = []
+    for path in args.files:
+        try:
+            rep = verify_file(Path(path), max_steps=args.max_steps)
+        except CollcError as err:
+            sys.stderr.write(format_error(err) + "\n")
+            failed += 1
+            results.append({"file": path, "ok": False, "errors": [str(err)]})
+            continue
+        results.append({"file": path, **rep.to_json()})
+        if not rep.ok:
+            failed += 1
+        if not args.json:
+            _out(rep.summary_line(path))
+            for w in rep.warnings:
+                sys.stderr.write(f"{path}: warning: {w}\n")
+            for e in rep.errors:
+                sys.stderr.write(f"{e}\n")
+    if args.json:
+        _json_out(results)
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    from collc.passes.base import registered_passes
+
+    for name, cls in registered_passes().items():
+        opts = " ".join(f"{k}:{getattr(t, '__name__', t)}" for k, t in cls.options().items())
+        _out(f"{name:24} {cls.summary}" + (f"  [{opts}]" if opts else ""))
+    return EXIT_OK
+
+
+# --- entry point ----------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="collc", description="Compile GPU collectives into verified schedules.")
+    p.add_argument("--version", action="version", version=f"collc {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("check", help="parse and check .coll files")
+    c.add_argument("files", nargs="+", metavar="FILE")
+    c.set_defaults(func=cmd_check)
+
+    c = sub.add_parser("list", help="what the standard library offers")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_list)
+
+    c = sub.add_parser("show", help="print the IR of a file, a topology or a collective")
+    c.add_argument("file", nargs="?", metavar="FILE")
+    c.add_argument("--topology", metavar="T", help='e.g. "ndv2(chassis=2)"')
+    c.add_argument("--collective", metavar="C", help='e.g. "allgather(chunks=2)"')
+    c.add_argument("--ranks", type=int, default=8, help="ranks for --collective (default 8)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_show)
+
+    c = sub.add_parser("compile", help="compile a collective for a cluster")
+    c.add_argument("file", nargs="?", metavar="FILE", help="a .coll file with compile requests or definitions")
+    c.add_argument("--topology", metavar="T", help='a stdlib topology with arguments, e.g. "ndv2(chassis=2)"')
+    c.add_argument("--collective", metavar="C", help='e.g. allgather or "broadcast(root=1)"')
+    c.add_argument("--size", metavar="BYTES", help="nccl-tests' size: 1MiB, 256MB, ...; a comma list for several")
+    route = c.add_argument_group("routing")
+    route.add_argument("--algorithm", metavar="A", help="a hand-written algorithm (e.g. ring, tree)")
+    route.add_argument("--synthesize", metavar="METHOD", help="auto (default), milp, lp, rounds, ...")
+    route.add_argument("--pipeline", metavar="TEXT", help='passes as text, e.g. "synthesize{method=lp chunks=4}"')
+    route.add_argument("--chunks", type=int, help="chunks per rank for synthesis (default: chosen)")
+    route.add_argument("--time-limit", type=float, dest="time_limit", help="solver seconds (default 60)")
+    route.add_argument("--mip-gap", type=float, dest="mip_gap")
+    route.add_argument("--threads", type=int)
+    route.add_argument("--seed", type=int)
+    out = c.add_argument_group("output")
+    out.add_argument("--backend", default="json", help="json (default), msccl-xml, cupy")
+    out.add_argument("-o", "--output", required=True, metavar="OUT")
+    out.add_argument("--report", metavar="FILE.json")
+    out.add_argument("--inplace", action="store_true", help="msccl-xml/cupy: in-place variant")
+    out.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"])
+    out.add_argument("--instances", type=int, default=1, help="msccl-xml: copies on separate channels")
+    out.add_argument("--size-range", metavar="MIN:MAX", help="msccl-xml: byte range the file claims")
+    out.add_argument("--max-steps", type=int, default=64, help="msccl-xml: steps per threadblock limit")
+    out.add_argument("--no-baselines", action="store_true", help="skip timing the stdlib baselines")
+    out.add_argument("-q", "--quiet", action="store_true")
+    c.set_defaults(func=cmd_compile)
+
+    c = sub.add_parser("verify", help="verify MSCCL XML files symbolically")
+    c.add_argument("files", nargs="+", metavar="FILE.xml")
+    c.add_argument("--max-steps", type=int, default=64, help="steps per threadblock limit (old runtime: 256)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_verify)
+
+    c = sub.add_parser("passes", help="list the registered passes and their options")
+    c.set_defaults(func=cmd_passes)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"collc {args.command}: error: {exc}\n")
+        return EXIT_USAGE
+    except CollcError as err:
+        sys.stderr.write(format_error(err) + "\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        sys.stderr.write("collc: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The end-to-end compile: problem -> schedule -> verified -> backend files -> report.
+
+This is the top of the pipeline (with the CLI): the only place under collc/ besides
+the CLI that reaches the backends.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from collc import frontend
+from collc.analysis.bounds import lower_bounds
+from collc.analysis.simulate import simulate
+from collc.backends import BackendOptions, get_backend
+from collc.diagnostics import CollcError, Span
+from collc.ir.collective import Collective
+from collc.ir.schedule import Schedule
+from collc.ir.topology import Topology
+from collc.passes.base import CompileUnit, PassManager, parse_pipeline
+from collc.report import Baseline, build_report
+from collc.verify import verify
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One thing to compile: a collective on a topology at a size, and how to route it."""
+
+    topology: Topology
+    collective: Collective
+    size_bytes: int
+    algorithm: str | None = None  # a hand-written algorithm's name (stdlib or file)
+    schedule: Schedule | None = None  # its instantiated schedule, when the front end made it
+    pipeline: str = "synthesize"  # passes that produce the schedule when there is no algorithm
+    span: Span | None = None
+    base_dir: Path | None = None
+
+
+@dataclass
+class CompileResult:
+    unit: CompileUnit
+    report: dict[str, Any]
+    outputs: list[Path] = field(default_factory=list)
+
+
+def schedule_pipeline(job: CompileJob) -> str:
+    return "verify" if job.algorithm else f"{job.pipeline},verify"
+
+
+def produce_schedule(job: CompileJob) -> tuple[CompileUnit, dict[str, Any] | None]:
+    """Run the schedule-producing passes; return the unit and the solver's facts (if any)."""
+    unit = CompileUnit(job.topology, job.collective, job.size_bytes)
+    if job.algorithm:
+        t0 = time.perf_counter()
+        schedule = job.schedule or frontend.instantiate_algorithm(job.algorithm, job.topology, job.collective,
+                                                                  job.base_dir)
+        unit = replace(unit, schedule=schedule)
+        unit = PassManager(parse_pipeline("verify", job.span)).run(unit)
+        solver = {"method": f"algorithm:{job.algorithm}", "seconds": time.perf_counter() - t0,
+                  "status": "hand-written", "optimal": None, "epochs": None, "variables": 0, "constraints": 0}
+        return unit, solver
+    unit = PassManager(parse_pipeline(schedule_pipeline(job), job.span)).run(unit)
+    return unit, unit.notes.get("synthesize")
+
+
+def baselines_for(job: CompileJob) -> list[Baseline]:
+    """The stdlib's hand-written algorithms for this collective, timed on the same model."""
+    out = []
+    for name in frontend.algorithms_for(job.collective.name):
+        try:
+            sched = frontend.instantiate_algorithm(name, job.topology, job.collective)
+            t = simulate(sched, job.topology, job.size_bytes).time_s
+            out.append(Baseline(name, t))
+        except CollcError as exc:
+            out.append(Baseline(name, None, exc.message))
+    return out
+
+
+def compile_job(job: CompileJob, backend: str = "json", output: Path | None = None,
+                options: BackendOptions | None = None, with_baselines: bool = True) -> CompileResult:
+    options = options or BackendOptions()
+    back = get_backend(backend)  # unknown backend: fail before the (maybe long) solve
+    unit, solver = produce_schedule(job)
+    assert unit.schedule is not None
+    lowering = back.lowering(options)
+    if lowering:
+        unit = PassManager(parse_pipeline(lowering)).run(unit)
+    outputs = back.emit(unit, output, options) if output is not None else []
+    report = make_report(job, unit, solver, backend, outputs, with_baselines)
+    return CompileResult(unit, report, outputs)
+
+
+def make_report(job: CompileJob, unit: CompileUnit, solver: dict[str, Any] | None, backend: str,
+                outputs: list[Path], with_baselines: bool = True) -> dict[str, Any]:
+    schedule = unit.schedule
+    assert schedule is not None
+    sim = simulate(schedule, job.topology, job.size_bytes)
+    bounds = lower_bounds(job.topology, job.collective, job.size_bytes)
+    transfers = sum(1 for op in schedule.ops if op.is_transfer)
+    stats = {"name": schedule.name, "ops": len(schedule.ops), "transfers": transfers,
+             "steps": schedule.num_steps, "chunks_per_rank": schedule.collective.chunks}
+    util = {f"{a}->{b}": u for (a, b), u in sim.utilization().items()}
+    return build_report(
+        collective=schedule.collective, requested=job.collective, topology_name=job.topology.name,
+        size_bytes=job.size_bytes, time_s=sim.time_s, bounds=bounds, solver=solver,
+        baselines=baselines_for(job) if with_baselines else [], schedule_stats=stats,
+        link_utilization=util, outputs=[str(p) for p in outputs], backend=backend)
+
+
+def reverify(schedule: Schedule, topology: Topology) -> None:
+    """Re-run the symbolic check (used before writing anything)."""
+    verify(schedule, topology)

@@ -1,0 +1,81 @@
+"""The compile report: simulated time, lower bounds, bandwidths and baselines.
+
+Every figure comes from one alpha-beta model (collc.analysis.simulate), so a hand-written
+ring and a synthesized schedule are judged the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from collc.ir.collective import Collective, CollectiveKind
+
+# nccl-tests' busbw = algbw x factor (its src/<coll>.cu GetBw functions).
+_BUS_FACTOR = {
+    CollectiveKind.ALLREDUCE: lambda n: 2 * (n - 1) / n,
+    CollectiveKind.ALLGATHER: lambda n: (n - 1) / n,
+    CollectiveKind.REDUCESCATTER: lambda n: (n - 1) / n,
+    CollectiveKind.ALLTOALL: lambda n: (n - 1) / n,
+    CollectiveKind.GATHER: lambda n: (n - 1) / n,
+    CollectiveKind.SCATTER: lambda n: (n - 1) / n,
+    CollectiveKind.BROADCAST: lambda n: 1.0,
+    CollectiveKind.REDUCE: lambda n: 1.0,
+    CollectiveKind.CUSTOM: lambda n: 1.0,
+}
+
+
+def bus_factor(collective: Collective) -> float:
+    return _BUS_FACTOR[collective.kind](collective.ranks)
+
+
+def bandwidths(collective: Collective, size_bytes: int, time_s: float) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes), as nccl-tests defines them."""
+    if time_s <= 0:
+        return 0.0, 0.0
+    algbw = size_bytes / time_s / 1e9
+    return algbw, algbw * bus_factor(collective)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    time_s: float | None
+    error: str | None = None
+
+    def to_json(self, time_s: float) -> dict[str, Any]:
+        if self.time_s is None:
+            return {"time_us": None, "error": self.error}
+        return {"time_us": self.time_s * 1e6,
+                "speedup": (self.time_s / time_s) if time_s > 0 else None}
+
+
+def build_report(*, collective: Collective, requested: Collective, topology_name: str, size_bytes: int,
+                 time_s: float, bounds: Any, solver: dict[str, Any] | None, baselines: list[Baseline],
+                 schedule_stats: dict[str, Any], link_utilization: dict[str, float],
+                 outputs: list[str], backend: str) -> dict[str, Any]:
+    algbw, busbw = bandwidths(requested, size_bytes, time_s)
+    lb = bounds.best_s
+    report: dict[str, Any] = {
+        "collective": requested.name,
+        "topology": topology_name,
+        "ranks": requested.ranks,
+        "size_bytes": size_bytes,
+        "time_us": time_s * 1e6,
+        "lower_bound_us": lb * 1e6,
+        "ratio_to_lower_bound": (time_s / lb) if lb > 0 else None,
+        "lower_bounds": bounds.to_json(),
+        "algbw_GBps": algbw,
+        "busbw_GBps": busbw,
+        "solver": solver,
+        "baselines": {b.name: b.to_json(time_s) for b in baselines},
+        "schedule": schedule_stats,
+        "verified": True,
+        "backend": backend,
+        "outputs": outputs,
+        "busiest_links": dict(sorted(link_utilization.items(), key=lambda kv: -kv[1])[:5]),
+    }
+    ring = next((b for b in baselines if b.name == "ring" and b.time_s), None)
+    if ring is not None:
+        report["ratio_to_ring"] = time_s / ring.time_s
+    return report

@@ -1,0 +1,110 @@
+"""The symbolic verifier: it accepts a correct schedule and names what is wrong in others."""
+
+from dataclasses import replace
+
+import pytest
+
+from collc.diagnostics import ScheduleError
+from collc.ir import Buffer, Loc, Op, OpKind, Schedule
+from collc.ir.collective import allreduce
+from collc.verify import unreachable_pairs, verify
+from schedules import ring_allgather, ring_topology
+
+
+def _with_ops(sched, ops):
+    return replace(sched, ops=tuple(ops))
+
+
+def test_ring_allgather_verifies_for_several_sizes():
+    for n in (2, 3, 5, 8):
+        verify(ring_allgather(n), ring_topology(n))
+
+
+def test_missing_op_names_rank_slot_and_content():
+    sched = ring_allgather(4)
+    with pytest.raises(ScheduleError, match=r"rank 0 output\[1\] must hold chunk\(1, 0\) but holds nothing"):
+        verify(_with_ops(sched, sched.ops[:-1]))
+
+
+def test_wrong_chunk_is_named():
+    sched = ring_allgather(3)
+    ops = list(sched.ops)
+    last = ops[-1]
+    ops[-1] = replace(last, src=Loc(last.src.rank, Buffer.OUTPUT, (last.src.index + 1) % 3),
+                      deps=tuple(o.id for o in ops[:-1] if o.step < last.step))
+    with pytest.raises(ScheduleError, match=r"must hold chunk\(\d, 0\) but holds chunk\(\d, 0\)"):
+        verify(_with_ops(sched, ops))
+
+
+def test_missing_dependency_is_a_race():
+    sched = ring_allgather(4)
+    ops = [replace(o, deps=()) if o.id == 6 else o for o in sched.ops]
+    with pytest.raises(ScheduleError, match=r"op 6 reads rank 2 output\[2\], written by op 2, without depending"):
+        verify(_with_ops(sched, ops))
+
+
+def test_dependency_inside_one_step_is_rejected():
+    sched = ring_allgather(3)
+    ops = [replace(o, step=0) if o.id == 3 else o for o in sched.ops]
+    with pytest.raises(ScheduleError, match="a dependency must be at an earlier step"):
+        verify(_with_ops(sched, ops))
+
+
+def test_out_of_range_slot():
+    sched = ring_allgather(3)
+    ops = list(sched.ops) + [Op(99, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(1, Buffer.OUTPUT, 7), step=9)]
+    with pytest.raises(ScheduleError, match=r"output\[7\], but that buffer has 3 slots"):
+        verify(_with_ops(sched, ops))
+
+
+def _reduce_pair(double: bool) -> Schedule:
+    # 2-rank allreduce: each rank reduces the other's input into its own copy.
+    coll = allreduce(2)
+    ops = [
+        Op(0, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), step=0),
+        Op(1, OpKind.COPY, Loc(0, Buffer.INPUT, 1), Loc(0, Buffer.OUTPUT, 1), step=0),
+        Op(2, OpKind.COPY, Loc(1, Buffer.INPUT, 0), Loc(1, Buffer.OUTPUT, 0), step=0),
+        Op(3, OpKind.COPY, Loc(1, Buffer.INPUT, 1), Loc(1, Buffer.OUTPUT, 1), step=0),
+        Op(4, OpKind.REDUCE, Loc(1, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=(0,), step=1),
+        Op(5, OpKind.REDUCE, Loc(1, Buffer.INPUT, 1), Loc(0, Buffer.OUTPUT, 1), deps=(1,), step=1),
+        Op(6, OpKind.REDUCE, Loc(0, Buffer.INPUT, 0), Loc(1, Buffer.OUTPUT, 0), deps=(2,), step=1),
+        Op(7, OpKind.REDUCE, Loc(0, Buffer.INPUT, 1), Loc(1, Buffer.OUTPUT, 1), deps=(3,), step=1),
+    ]
+    if double:
+        ops.append(Op(8, OpKind.REDUCE, Loc(1, Buffer.INPUT, 1), Loc(0, Buffer.OUTPUT, 1), deps=(5,), step=2))
+    return Schedule("pair", coll, "ring2", tuple(ops))
+
+
+def test_reduction_verifies_and_double_count_is_named():
+    verify(_reduce_pair(False))
+    with pytest.raises(ScheduleError, match=r"chunk\(1, 1\) would be counted twice"):
+        verify(_reduce_pair(True))
+
+
+def test_missing_contribution_is_named():
+    sched = _reduce_pair(False)
+    with pytest.raises(ScheduleError, match=r"missing chunk\(0, 1\)"):
+        verify(_with_ops(sched, [o for o in sched.ops if o.id != 7]))
+
+
+def test_route_must_follow_links():
+    topo = ring_topology(4)
+    sched = ring_allgather(4)
+    assert (sched.ops[4].src.rank, sched.ops[4].dst.rank) == (0, 1)
+    wrong_end = [replace(o, route=("g0", "g2")) if o.id == 4 else o for o in sched.ops]
+    with pytest.raises(ScheduleError, match="routed g0 -> g2, which does not run from g0 to g1"):
+        verify(_with_ops(sched, wrong_end), topo)
+    through_gpu = [replace(o, route=("g0", "g3", "g2", "g1")) if o.id == 4 else o for o in sched.ops]
+    with pytest.raises(ScheduleError, match="passes through GPU g3 without storing"):
+        verify(_with_ops(sched, through_gpu), topo)
+    no_link = [replace(o, route=("g0", "g2", "g1")) if o.id == 4 else o for o in sched.ops]
+    with pytest.raises(ScheduleError, match="routed over g0 -> g2, which is not a link"):
+        verify(_with_ops(sched, no_link), topo)
+
+
+def test_unreachable_pairs_on_a_split_topology():
+    from collc.ir import Link, Node, NodeKind, Topology
+
+    nodes = tuple(Node(f"g{i}", NodeKind.GPU, i) for i in range(3))
+    topo = Topology("split", nodes, (Link("g0", "g1", 1e9, 1e-6), Link("g1", "g0", 1e9, 1e-6)))
+    assert unreachable_pairs(topo) == [(0, 2), (1, 2), (2, 0), (2, 1)]
