@@ -1,0 +1,579 @@
+"""Lower bounds on the completion time of a collective on a topology.
+
+The model the bounds hold for: GPUs store and forward, and may send one slot they hold
+on several links (copy, multicast); switches and NICs forward but hold, copy and
+reduce nothing; a link of capacity B carries at most B x T bytes in time T; a message
+is one slot moved from one GPU to another, `collective.slot_bytes(size_bytes)` bytes (nccl-tests' size over the larger buffer). Every bound
+holds for every schedule in that model, whatever its routes, order and chunking, and
+is derived from the collective's postcondition (collc.analysis.demand), not its name.
+
+- ingress: a rank needs every requirement it cannot form locally; two requirements
+  whose missing chunks are disjoint need distinct R-relevant messages (a message
+  serving both would be a subset of both and hold a missing chunk of each). So rank v
+  receives at least slot x k_v bytes over its in-links, k_v the size of a family of
+  pairwise disjoint missing sets: T >= slot x k_v / B_in(v).
+- egress: a chunk only rank u holds, in a requirement another rank needs, leaves u in
+  an R-relevant message: T >= slot x e_u / B_out(u), e_u counted the same way.
+- volume: for one requirement R with owners O and needers D (all messages counted are
+  R-relevant; requirements with disjoint values never share one), serialise the
+  messages and let x be the first rank to know all of R, at message t. Of the chunks
+  x lacks, those with pairwise disjoint holder sets (pack_x of them) each left a
+  different holder by t, and every other needer receives a message after t: at least
+  pack_x + |D - {x}| messages, minimised over x (2N - 2 for AllReduce: the one-way
+  gossip bound). Each message is
+  received by a GPU and sent by a GPU, so T >= slot x sum / (sum of GPU in-capacity),
+  and the same over out-capacity. This is the 2(N-1)/N x M / B AllReduce bound of
+  symmetric topologies, and it needs no symmetry.
+- cut: for a set S of nodes (switches included), a requirement some GPU outside S
+  needs, with a chunk whose holders all lie in S, sends at least one R-relevant
+  message over a link leaving S: T >= slot x f(S) / B_out(S). Requirements entering
+  S are the ones leaving the complement, so one direction covers both. See
+  `_CutModel` for how the maximum over S is found (exactly by max-flow for AllGather,
+  ReduceScatter, AllReduce, Broadcast, Reduce, Gather, Scatter; by a family of sets,
+  spectral sweeps and local search for AllToAll and custom demands: always a valid
+  bound, not guaranteed to be the maximum).
+- latency: a missing chunk reaches its needer over a path from one of its holders, so
+  T >= the least total link latency of such a path, maximised over (chunk, needer).
+
+Only the volume bound needs the switch assumptions: its in-capacity form fails if a
+switch reduces (fewer receptions than the gossip count), its out-capacity form also if
+a switch copies (one send, several receptions). The other bounds would survive both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from collc.analysis.demand import (
+    Requirement, disjoint_requirements, greedy_disjoint, pairwise_disjoint, requirements,
+)
+from collc.diagnostics import CollcError
+from collc.ir.collective import Collective
+from collc.ir.topology import Topology
+
+_US = 1e6
+
+
+@dataclass(frozen=True)
+class LowerBounds:
+    """Lower bounds on completion time, in seconds; 0.0 where a bound does not apply."""
+
+    ingress_s: float
+    cut_s: float
+    latency_s: float
+    best_s: float  # the largest of the valid bounds above and below
+    cut_witness: tuple[str, ...] = ()  # node names of the set S that gives cut_s
+    egress_s: float = 0.0
+    volume_s: float = 0.0
+    dominant: str = ""  # which bound gives best_s: ingress|egress|volume|cut|latency
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in ("ingress", "egress", "volume", "cut", "latency", "best"):
+            sec = getattr(self, f"{name}_s")
+            out[f"{name}_s"] = sec
+            out[f"{name}_us"] = sec * _US
+        out["dominant"] = self.dominant
+        out["cut_witness"] = list(self.cut_witness)
+        return out
+
+
+def lower_bounds(topology: Topology, collective: Collective, size_bytes: int) -> LowerBounds:
+    """All the lower bounds of this module for `collective` on `topology`.
+
+    `size_bytes` is each rank's output buffer size (nccl-tests' size); a slot is
+    `collective.slot_bytes(size_bytes)` bytes. Raises CollcError when the problem
+    cannot be met at all (ranks mismatch, a needed chunk unreachable).
+    """
+    _check_problem(topology, collective, size_bytes)
+    reqs = requirements(collective)
+    needed = tuple(r for r in reqs if r.needers)
+    slot = collective.slot_bytes(size_bytes)
+    dist = _latency_distances(topology)
+    latency = _latency_bound(topology, needed, dist)  # also rejects unreachable demands
+    ingress = _ingress_bound(topology, needed, slot)
+    egress = _egress_bound(topology, needed, slot)
+    volume = _volume_bound(topology, needed, slot)
+    model = _CutModel(topology, disjoint_requirements(reqs), slot)
+    cut, witness = model.maximize()
+    figures = {"ingress": ingress, "egress": egress, "volume": volume, "cut": cut, "latency": latency}
+    dominant = max(figures, key=lambda k: figures[k]) if any(v > 0 for v in figures.values()) else ""
+    return LowerBounds(
+        ingress_s=ingress, cut_s=cut, latency_s=latency, best_s=max(figures.values()),
+        cut_witness=witness, egress_s=egress, volume_s=volume, dominant=dominant)
+
+
+def cut_bound_of(topology: Topology, collective: Collective, size_bytes: int, nodes) -> float:
+    """The cut bound slot x f(S) / B_out(S) for one given set S of node names."""
+    _check_problem(topology, collective, size_bytes)
+    slot = collective.slot_bytes(size_bytes)
+    model = _CutModel(topology, disjoint_requirements(requirements(collective)), slot)
+    x = np.zeros(len(model.names), dtype=bool)
+    for name in nodes:
+        if name not in model.index:
+            raise CollcError(f"topology '{topology.name}' has no node '{name}'")
+        x[model.index[name]] = True
+    return model.ratio(x)
+
+
+# --- checks and per-rank figures ------------------------------------------------------
+
+def _check_problem(topology: Topology, collective: Collective, size_bytes: int) -> None:
+    if topology.num_ranks != collective.ranks:
+        raise CollcError(f"collective '{collective.name}' has {collective.ranks} ranks but topology "
+                         f"'{topology.name}' has {topology.num_ranks} GPUs")
+    if size_bytes < 0:
+        raise CollcError(f"size must not be negative (got {size_bytes} bytes)")
+
+
+def _in_capacity(topology: Topology, rank: int) -> float:
+    return sum(link.capacity for link in topology.in_links[topology.gpu(rank).name])
+
+
+def _out_capacity(topology: Topology, rank: int) -> float:
+    return sum(link.capacity for link in topology.out_links[topology.gpu(rank).name])
+
+
+def _per_rank_bound(counts: list[int], capacity: list[float], slot: float) -> float:
+    best = 0.0
+    for k, cap in zip(counts, capacity):
+        if k and cap > 0:
+            best = max(best, slot * k / cap)
+    return best
+
+
+def _ingress_bound(topology: Topology, needed: tuple[Requirement, ...], slot: float) -> float:
+    """slot x (pairwise disjoint missing sets of rank v) / B_in(v), maximised over v."""
+    ranks = topology.num_ranks
+    if pairwise_disjoint(r.value for r in needed):
+        # Disjoint values have disjoint missing sets: every needed value counts.
+        counts = [0] * ranks
+        for r in needed:
+            for v in r.needers:
+                counts[v] += 1
+    else:
+        counts = [len(greedy_disjoint(r.missing_at(v) for r in needed if v in r.needers)) for v in range(ranks)]
+    return _per_rank_bound(counts, [_in_capacity(topology, v) for v in range(ranks)], slot)
+
+
+def _egress_bound(topology: Topology, needed: tuple[Requirement, ...], slot: float) -> float:
+    """slot x e_u / B_out(u): requirements another rank needs that hold a chunk only u has.
+
+    One message from u serves R1 and R2 only if it lies in both and carries a chunk
+    exclusive to u of each; picking R only when its exclusive chunks miss every value
+    picked before rules that out for each pair.
+    """
+    ranks = topology.num_ranks
+    disjoint = pairwise_disjoint(r.value for r in needed)
+    owners = [r.exclusive_owners() for r in needed]
+    counts = []
+    for u in range(ranks):
+        cands = [r for r, own in zip(needed, owners) if u in own and r.needers - {u}]
+        if disjoint:
+            counts.append(len(cands))
+            continue
+        used: set = set()
+        k = 0
+        for r in sorted(cands, key=lambda r: (len(r.value), r.chunks)):
+            if used.isdisjoint(r.exclusive_chunks(u)):
+                k += 1
+                used |= r.value
+        counts.append(k)
+    return _per_rank_bound(counts, [_out_capacity(topology, u) for u in range(ranks)], slot)
+
+
+def _messages_for(req: Requirement, ranks: int) -> int:
+    """Least number of R-relevant messages any schedule sends (module docstring, volume)."""
+    if not req.needers:
+        return 0
+    if all(len(hs) == 1 for hs in req.holders):
+        owners = req.exclusive_owners()
+        both = 2 if owners & req.needers else 1
+        return len(owners) + len(req.needers) - both
+    best = None
+    for x in range(ranks):
+        senders = len(greedy_disjoint(hs for hs in req.holders if x not in hs))
+        total = senders + len(req.needers - {x})
+        best = total if best is None else min(best, total)
+    return best or 0
+
+
+def _volume_bound(topology: Topology, needed: tuple[Requirement, ...], slot: float) -> float:
+    family = disjoint_requirements(needed)
+    messages = sum(_messages_for(r, topology.num_ranks) for r in family)
+    if not messages:
+        return 0.0
+    ranks = range(topology.num_ranks)
+    best = 0.0
+    for cap in (sum(_in_capacity(topology, v) for v in ranks), sum(_out_capacity(topology, v) for v in ranks)):
+        if cap > 0:
+            best = max(best, slot * messages / cap)
+    return best
+
+
+# --- latency --------------------------------------------------------------------------
+
+def _latency_distances(topology: Topology) -> list[dict[str, float]]:
+    """Least total latency from each GPU (by rank) to every node it reaches; paths may
+    cross GPUs, since a relay only adds time."""
+    g = topology.to_networkx()
+    return [nx.single_source_dijkstra_path_length(g, gpu.name, weight="latency") for gpu in topology.gpus]
+
+
+def _minimal_sets(sets) -> list[frozenset]:
+    """Distinct sets with supersets dropped: a chunk with more holders is never harder
+    to deliver (or to keep inside a cut) than one with a subset of them."""
+    uniq = sorted(set(sets), key=lambda s: (len(s), sorted(s)))
+    keep: list[frozenset] = []
+    for s in uniq:
+        if not any(k <= s for k in keep):
+            keep.append(s)
+    return keep
+
+
+def _latency_bound(topology: Topology, needed: tuple[Requirement, ...], dist: list[dict[str, float]]) -> float:
+    best = 0.0
+    seen: set = set()
+    for req in needed:
+        options = tuple(_minimal_sets(req.holders))
+        key = (options, req.needers)
+        if key in seen:
+            continue
+        seen.add(key)
+        for d in sorted(req.needers):
+            dname = topology.gpu(d).name
+            for hs in options:
+                if d in hs:
+                    continue
+                reach = [dist[h][dname] for h in hs if dname in dist[h]]
+                if not reach:
+                    chunk = next(c for c, h in zip(req.chunks, req.holders) if h == hs)
+                    raise CollcError(
+                        f"rank {d} needs {chunk}, but no path of links leads to {dname} from "
+                        f"{', '.join(topology.gpu(h).name for h in sorted(hs))}")
+                best = max(best, min(reach))
+    return best
+
+
+# --- the cut bound --------------------------------------------------------------------
+
+# (holder-set options as node indices, needers as node indices, weight)
+_Group = tuple[tuple[tuple[int, ...], ...], tuple[int, ...], float]
+
+
+class _CutModel:
+    """f(S) and B_out(S) over node sets S, and the search for max slot x f(S) / B_out(S).
+
+    f(S) counts the requirements (pairwise disjoint values) that some GPU outside S
+    needs and that hold a chunk whose holders all lie in S. Requirements with the same
+    holder sets and needers are grouped with a weight.
+
+    The maximum is searched three ways, every candidate S scored with the true f:
+    1. Parametric max-flow (Dinkelbach): for a time T, "T x B_out(S) >= slot x g(S) for
+       all S" is one min-cut check when g is a sum of terms [A <= S] over sets S that
+       exclude a fixed sink GPU v: a super-source feeds each holder set A (through a
+       gadget node with infinite edges to A's members when |A| > 1) with slot x w / T,
+       topology edges keep their capacity, and the check holds iff the max flow to v
+       equals the supply. A violated check returns the min-cut side S, whose ratio
+       becomes the next T. Sink-fixed at each needer v, g counts the requirements v
+       needs (one holder set per requirement; for a reduction, the set holding the most
+       common contributor); source-fixed at each GPU u (the same search on reversed
+       links), g counts the requirements with a chunk only u holds, each for one
+       needer. This is exact when every GPU outside S needs what crosses (AllGather,
+       Broadcast, Gather, AllReduce) or every GPU inside S owns a part of it
+       (ReduceScatter, Reduce, Scatter), as the tests check against enumeration.
+    2. A family of sets: single nodes and their complements, the components left
+       after dropping links up to each capacity level (chassis, islands), and the best
+       prefixes of spectral orderings (see `_spectral_sweeps`).
+    3. Steepest-ascent local search (add or drop one node) from all of those, which is
+       what finds the bisection-like sets AllToAll needs; exact maximisation there is
+       a sparsest-cut problem (NP-hard), so for AllToAll and custom demands the bound
+       is the best set found, valid but possibly below the true maximum.
+    """
+
+    def __init__(self, topology: Topology, family: tuple[Requirement, ...], slot: float):
+        self.topology = topology
+        self.slot = slot
+        self.names = [n.name for n in topology.nodes]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        size = len(self.names)
+        self.gpu_nodes = [self.index[g.name] for g in topology.gpus]
+        self.cap = np.zeros((size, size))
+        for link in topology.links:
+            self.cap[self.index[link.src], self.index[link.dst]] += link.capacity
+        positive = self.cap[self.cap > 0]
+        self.min_capacity = float(positive.min()) if positive.size else 0.0
+        self.groups = self._group(family)
+        self._build_arrays()
+
+    # -- requirements as node-level groups --
+    def _group(self, family: tuple[Requirement, ...]) -> list[_Group]:
+        node = self.gpu_nodes
+        weights: dict[tuple, float] = {}
+        for req in family:
+            options = tuple(tuple(sorted(node[r] for r in hs)) for hs in _minimal_sets(req.holders))
+            needers = tuple(sorted(node[r] for r in req.needers))
+            key = (options, needers)
+            weights[key] = weights.get(key, 0.0) + 1.0
+        return [(opts, need, w) for (opts, need), w in sorted(weights.items())]
+
+    def _build_arrays(self) -> None:
+        size = len(self.names)
+        # One-holder, one-needer groups (AllToAll-like) form a matrix: f = x' W (1 - x).
+        self.pairs = np.zeros((size, size))
+        rest = []
+        for opts, need, w in self.groups:
+            if len(opts) == 1 and len(opts[0]) == 1 and len(need) == 1:
+                self.pairs[opts[0][0], need[0]] += w
+            else:
+                rest.append((opts, need, w))
+        self.has_pairs = bool(self.pairs.any())
+        # For the other groups: single-node holder options as a group x node incidence
+        # matrix (the common case, cheap to score), larger options as rows of `opt`
+        # with `opt_group` naming their group.
+        self.single = np.zeros((len(rest), size))
+        self.need = np.zeros((len(rest), size))
+        self.weight = np.array([w for _, _, w in rest])
+        opt_rows, opt_group = [], []
+        for g, (opts, need, _) in enumerate(rest):
+            self.need[g, list(need)] = 1.0
+            for a in opts:
+                if len(a) == 1:
+                    self.single[g, a[0]] = 1.0
+                else:
+                    row = np.zeros(size)
+                    row[list(a)] = 1.0
+                    opt_rows.append(row)
+                    opt_group.append(g)
+        self.opt = np.array(opt_rows).reshape(-1, size)
+        self.opt_group = np.array(opt_group, dtype=np.intp)
+
+    # -- scoring --
+    def count(self, x: np.ndarray) -> float:
+        inside = x.astype(float)
+        outside = 1.0 - inside
+        f = float(inside @ self.pairs @ outside) if self.has_pairs else 0.0
+        if len(self.weight):
+            has = (self.single @ inside) > 0.5
+            if len(self.opt):
+                full = (self.opt @ outside) < 0.5
+                has[self.opt_group[full]] = True
+            cross = has & ((self.need @ outside) > 0.5)
+            f += float(self.weight @ cross)
+        return f
+
+    def out_capacity(self, x: np.ndarray) -> float:
+        inside = x.astype(float)
+        return float(inside @ self.cap @ (1.0 - inside))
+
+    def ratio(self, x: np.ndarray) -> float:
+        b = self.out_capacity(x)
+        return self.slot * self.count(x) / b if b > 0 else 0.0
+
+    def flip_ratios(self, x: np.ndarray) -> np.ndarray:
+        """The ratio of every set that differs from x in one node."""
+        inside = x.astype(float)
+        outside = 1.0 - inside
+        leaves = np.where(x, 1.0, -1.0)  # +1: flipping k moves it out of S
+
+        def flipped_sum(m: np.ndarray) -> np.ndarray:  # x' M (1 - x') for every one-node flip
+            row_out = m @ outside
+            col_in = inside @ m
+            return float(inside @ row_out) - leaves * (row_out - col_in)
+
+        b = flipped_sum(self.cap)
+        f = flipped_sum(self.pairs) if self.has_pairs else np.zeros(len(x))
+        if len(self.weight):
+            has = ((self.single @ inside)[:, None] - self.single * leaves[None, :]) > 0.5
+            if len(self.opt):
+                full = ((self.opt @ outside)[:, None] + self.opt * leaves[None, :]) < 0.5
+                np.logical_or.at(has, self.opt_group, full)
+            need_out = (self.need @ outside)[:, None] + self.need * leaves[None, :]
+            f = f + self.weight @ (has & (need_out > 0.5))
+        # A true B_out is 0 or at least the smallest link; anything below half of that
+        # is rounding left by the subtraction above.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(b > self.min_capacity / 2, self.slot * f / b, 0.0)
+
+    # -- the search --
+    def maximize(self) -> tuple[float, tuple[str, ...]]:
+        if not self.groups or self.slot <= 0:
+            return 0.0, ()
+        best = [0.0, None]
+
+        def offer(x: np.ndarray | None) -> None:
+            if x is None or not x.any() or x.all():
+                return
+            r = self.ratio(x)
+            if r > best[0]:
+                best[0], best[1] = r, x.copy()
+
+        seeds = self._family() + self._spectral_sweeps()
+        for x in seeds:
+            offer(x)
+        for x in self._flow_witnesses(best[0]):
+            offer(x)
+            seeds.append(x)
+            seeds.append(~x)
+        for x in self._local_search(seeds):
+            offer(x)
+        if best[1] is None:
+            return 0.0, ()
+        return best[0], tuple(self.names[i] for i in np.flatnonzero(best[1]))
+
+    def _family(self) -> list[np.ndarray]:
+        size = len(self.names)
+        seeds = []
+        for i in range(size):
+            x = np.zeros(size, dtype=bool)
+            x[i] = True
+            seeds += [x, ~x]
+        g = nx.Graph()
+        g.add_nodes_from(range(size))
+        levels = sorted({float(c) for c in self.cap[self.cap > 0]})
+        for level in levels[:-1]:
+            g.clear_edges()
+            a, b = np.nonzero(self.cap > level)
+            g.add_edges_from(zip(a.tolist(), b.tolist()))
+            for comp in nx.connected_components(g):
+                if 1 < len(comp) < size:
+                    x = np.zeros(size, dtype=bool)
+                    x[list(comp)] = True
+                    seeds += [x, ~x]
+        return seeds
+
+    def _spectral_sweeps(self, vectors: int = 4) -> list[np.ndarray]:
+        """Prefixes of the nodes ordered by each of the Laplacian's first nontrivial
+        eigenvectors (capacities made symmetric): the classic sparsest-cut heuristic,
+        which reaches the balanced bands (half a torus, half a ring) that one-node moves
+        cannot climb to."""
+        size = len(self.names)
+        if size < 3:
+            return []
+        weight = self.cap + self.cap.T
+        laplacian = np.diag(weight.sum(axis=1)) - weight
+        _, vecs = np.linalg.eigh(laplacian)
+        scored = []
+        for k in range(1, min(vectors + 1, size)):
+            order = np.argsort(vecs[:, k], kind="stable")
+            x = np.zeros(size, dtype=bool)
+            for i in order[:-1]:
+                x[i] = True
+                scored.append((self.ratio(x), x.copy()))
+                scored.append((self.ratio(~x), ~x))
+        scored.sort(key=lambda rx: -rx[0])
+        return [x for _, x in scored[:2 * vectors]]
+
+    def _local_search(self, seeds: list[np.ndarray]) -> list[np.ndarray]:
+        visited: set[bytes] = set()
+        found = []
+        for x in seeds:
+            x = x.copy()
+            if x.tobytes() in visited:
+                continue
+            r = self.ratio(x)
+            while True:
+                visited.add(x.tobytes())
+                flips = self.flip_ratios(x)
+                k = int(np.argmax(flips))
+                if not flips[k] > r * (1 + 1e-9):
+                    break
+                x[k] = not x[k]
+                r = float(flips[k])
+                if x.tobytes() in visited:
+                    break
+            found.append(x)
+        return found
+
+    # -- parametric max-flow --
+    def _flow_witnesses(self, start: float) -> list[np.ndarray]:
+        if start <= 0:
+            return []
+        forward = [(int(a), int(b), float(self.cap[a, b])) for a, b in zip(*np.nonzero(self.cap))]
+        backward = [(b, a, c) for a, b, c in forward]
+        t = start
+        witnesses = []
+        for v in self.gpu_nodes:
+            t, found = self._parametric(forward, self._sink_terms(v), v, t, complement=False)
+            witnesses += found
+        for u in self.gpu_nodes:
+            t, found = self._parametric(backward, self._source_terms(u), u, t, complement=True)
+            witnesses += found
+        return witnesses
+
+    def _seed(self, choices: list[tuple[tuple[int, ...], float]], exclude: int) -> int | None:
+        """The node most often among the multi-way choices (by weight), lowest index on ties."""
+        score: dict[int, float] = {}
+        for nodes, w in choices:
+            for n in nodes:
+                if n != exclude:
+                    score[n] = score.get(n, 0.0) + w
+        return min(score, key=lambda n: (-score[n], n)) if score else None
+
+    def _sink_terms(self, v: int) -> list[tuple[tuple[int, ...], float]]:
+        """Terms [A <= S] for requirements GPU v needs, with S excluding v."""
+        mine = []
+        for opts, need, w in self.groups:
+            if v in need:
+                usable = [a for a in opts if v not in a]
+                if usable:
+                    mine.append((usable, w))
+        seed = self._seed([(tuple(n for a in usable for n in a), w) for usable, w in mine if len(usable) > 1], v)
+        terms = []
+        for usable, w in mine:
+            with_seed = [a for a in usable if seed in a]
+            terms.append((min(with_seed or usable, key=lambda a: (len(a), a)), w))
+        return terms
+
+    def _source_terms(self, u: int) -> list[tuple[tuple[int, ...], float]]:
+        """Terms [d outside S] for requirements with a chunk only GPU u holds, S containing u;
+        returned as terms [d <= S'] of the complement S' on reversed links."""
+        mine = []
+        for opts, need, w in self.groups:
+            if (u,) in opts:
+                others = tuple(d for d in need if d != u)
+                if others:
+                    mine.append((others, w))
+        seed = self._seed([(others, w) for others, w in mine if len(others) > 1], u)
+        return [(((seed,) if seed in others else (others[0],)), w) for others, w in mine]
+
+    def _parametric(self, edges, terms, sink: int, t: float, complement: bool) -> tuple[float, list[np.ndarray]]:
+        found: list[np.ndarray] = []
+        if not terms:
+            return t, found
+        size = len(self.names)
+        for _ in range(64):
+            supply = sum(w for _, w in terms) * self.slot / t
+            g = nx.DiGraph()
+            g.add_weighted_edges_from(edges, weight="capacity")
+            g.add_node(sink)
+            source = "source"
+            for k, (nodes, w) in enumerate(terms):
+                amount = w * self.slot / t
+                if len(nodes) == 1:
+                    n = nodes[0]
+                    prev = g.edges[source, n]["capacity"] if g.has_edge(source, n) else 0.0
+                    g.add_edge(source, n, capacity=prev + amount)
+                else:
+                    gadget = ("all-of", k)
+                    g.add_edge(source, gadget, capacity=amount)
+                    for n in nodes:
+                        g.add_edge(gadget, n)  # no capacity: infinite
+            value, (reach, _) = nx.minimum_cut(g, source, sink)
+            if value >= supply * (1 - 1e-9):
+                break
+            x = np.zeros(size, dtype=bool)
+            x[[n for n in reach if isinstance(n, int)]] = True
+            if complement:
+                x = ~x
+            r = self.ratio(x)
+            if not r > t * (1 + 1e-12):
+                break
+            t = r
+            found.append(x)
+        return t, found
+

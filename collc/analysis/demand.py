@@ -1,0 +1,118 @@
+"""What a collective forces the network to move, derived from its postcondition.
+
+The lower bounds reason about *requirements*: a distinct value R (a set of chunk symbols)
+that some rank's output must hold. Two facts of the schedule IR drive every argument:
+
+- values only grow: a copy keeps a value and a reduce joins two disjoint ones, and
+  nothing subtracts; so every message (one slot moved from one GPU to another) whose
+  value ends up inside a slot that must hold R carries a value V with V <= R. Call
+  such a message *R-relevant*;
+- a rank can use an input value V towards R only when V <= R. So chunk c of R is
+  *held* (usably, for R) by the ranks with an input value V where c in V <= R.
+
+From these: a rank *needs* R when its output requires R and its own usable inputs do
+not cover R, and it then has to receive at least one R-relevant message. The chunks
+of R that it lacks are its *missing* chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from collc.diagnostics import CollcError
+from collc.ir.collective import ChunkId, Collective, Value, value_str
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One distinct output value and who holds and needs its parts."""
+
+    value: Value
+    chunks: tuple[ChunkId, ...]  # sorted(value)
+    holders: tuple[frozenset[int], ...]  # per chunk (aligned with `chunks`): ranks that hold it usably
+    needers: frozenset[int]  # ranks whose output requires the value and cannot form it locally
+
+    def held_by(self, rank: int) -> frozenset[ChunkId]:
+        """Chunks of the value that `rank` holds usably from the start."""
+        return frozenset(c for c, hs in zip(self.chunks, self.holders) if rank in hs)
+
+    def missing_at(self, rank: int) -> frozenset[ChunkId]:
+        return frozenset(c for c, hs in zip(self.chunks, self.holders) if rank not in hs)
+
+    def exclusive_owners(self) -> frozenset[int]:
+        """Ranks that are the only usable holder of at least one chunk of the value."""
+        return frozenset(next(iter(hs)) for hs in self.holders if len(hs) == 1)
+
+    def exclusive_chunks(self, rank: int) -> frozenset[ChunkId]:
+        return frozenset(c for c, hs in zip(self.chunks, self.holders) if hs == frozenset((rank,)))
+
+
+def requirements(collective: Collective) -> tuple[Requirement, ...]:
+    """Every distinct required output value, in a deterministic order.
+
+    Raises CollcError when a required chunk is held usably by no rank: no schedule can
+    meet such a postcondition.
+    """
+    wanted: dict[Value, set[int]] = {}
+    for rank, buf in enumerate(collective.outputs):
+        for value in buf:
+            if value:
+                wanted.setdefault(value, set()).add(rank)
+    # chunk -> (rank, input value) pairs that contain it; built once so that each
+    # requirement only looks at the inputs that can matter to it.
+    containing: dict[ChunkId, list[tuple[int, Value]]] = {}
+    for rank, buf in enumerate(collective.inputs):
+        for value in buf:
+            for c in value or ():
+                containing.setdefault(c, []).append((rank, value))
+
+    out = []
+    for value in sorted(wanted, key=lambda v: (len(v), sorted(v))):
+        chunks = tuple(sorted(value))
+        holders = []
+        for c in chunks:
+            hs = frozenset(r for r, v in containing.get(c, ()) if v <= value)
+            if not hs:
+                who = min(wanted[value])
+                raise CollcError(
+                    f"collective '{collective.name}': rank {who}'s output must hold {value_str(value)}, but no "
+                    f"rank's input holds {c} in a form that can be reduced into it")
+            holders.append(hs)
+        needers = frozenset(r for r in wanted[value] if any(r not in hs for hs in holders))
+        out.append(Requirement(value, chunks, tuple(holders), needers))
+    return tuple(out)
+
+
+def pairwise_disjoint(sets: Iterable[frozenset]) -> bool:
+    seen: set = set()
+    for s in sets:
+        if not seen.isdisjoint(s):
+            return False
+        seen |= s
+    return True
+
+
+def greedy_disjoint(sets: Iterable[frozenset]) -> list[frozenset]:
+    """A family of pairwise disjoint sets picked from `sets` (smallest first).
+
+    Any such family is a valid witness for the counting arguments (each member needs
+    its own message); greedy keeps all of them when they are already disjoint.
+    """
+    picked: list[frozenset] = []
+    used: set = set()
+    for s in sorted(set(sets), key=lambda s: (len(s), sorted(s))):
+        if used.isdisjoint(s):
+            picked.append(s)
+            used |= s
+    return picked
+
+
+def disjoint_requirements(reqs: tuple[Requirement, ...]) -> tuple[Requirement, ...]:
+    """Needed requirements whose values are pairwise disjoint (all of them, for the
+    standard collectives); no message can be relevant to two of them."""
+    needed = [r for r in reqs if r.needers]
+    if pairwise_disjoint(r.value for r in needed):
+        return tuple(needed)
+    keep = set(greedy_disjoint(r.value for r in needed))
+    return tuple(r for r in needed if r.value in keep)
