@@ -313,30 +313,18 @@ def _print_report(rep: dict[str, Any]) -> None:
 # --- verify / passes ----------------------------------------------------------------
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from collc.backends.msccl_xml.verify import verify_file
+    from collc.backends.msccl_xml.verify import verify_files
 
-    failed = 0
-    results = []
-    for path in args.files:
-        try:
-            rep = verify_file(Path(path), max_steps=args.max_steps)
-        except CollcError as err:
-            sys.stderr.write(format_error(err) + "\n")
-            failed += 1
-            results.append({"file": path, "ok": False, "errors": [str(err)]})
-            continue
-        results.append({"file": path, **rep.to_json()})
-        if not rep.ok:
-            failed += 1
-        if not args.json:
-            _out(rep.summary_line(path))
-            for w in rep.warnings:
-                sys.stderr.write(f"{path}: warning: {w}\n")
-            for e in rep.errors:
-                sys.stderr.write(f"{e}\n")
+    reports = verify_files([Path(p) for p in args.files], max_steps=args.max_steps, strict=args.strict,
+                           fifo_capacity=args.fifo_capacity)
     if args.json:
-        _json_out(results)
-    return EXIT_ERROR if failed else EXIT_OK
+        _json_out([{"file": r.source, "ok": r.ok, "summary": r.summary(),
+                    "errors": [str(e) for e in r.errors], "warnings": [str(w) for w in r.warnings]}
+                   for r in reports])
+    else:
+        for r in reports:
+            (sys.stdout if r.ok else sys.stderr).write(r.render() + "\n")
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_ERROR
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
@@ -401,6 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("verify", help="verify MSCCL XML files symbolically")
     c.add_argument("files", nargs="+", metavar="FILE.xml")
     c.add_argument("--max-steps", type=int, default=64, help="steps per threadblock limit (old runtime: 256)")
+    c.add_argument("--strict", action="store_true",
+                   help="treat what makes the current executor skip a file (missing attributes) as errors")
+    c.add_argument("--fifo-capacity", type=int, default=None, metavar="N",
+                   help="messages a connection buffers (default: unbounded; Simple buffers 2)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_verify)
 

@@ -99,3 +99,4 @@ class XmlAlgo:
     gpus: list[XmlGpu] = field(default_factory=list)
     # Attributes the reader saw but does not model, kept for round trips.
     extra_attrs: dict[str, str] = field(default_factory=dict)
+    line: int | None = None  # where the reader found <algo>
