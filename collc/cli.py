@@ -22,6 +22,16 @@ class UsageError(Exception):
     """A command line that does not make sense (exit 2)."""
 
 
+def _spec_sources() -> dict[str, str]:
+    """Command-line specs (`<--topology>` ...) as sources, so their errors get a caret."""
+    try:
+        from collc import frontend
+
+        return frontend.spec_sources()
+    except ImportError:
+        return {}
+
+
 def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
@@ -125,7 +135,13 @@ def _describe(data: dict[str, Any]) -> str:
 def _parse_sizes(text: str) -> list[int]:
     from collc import frontend
 
-    return [frontend.parse_size(part.strip(), Span("<--size>", 1, 1)) for part in text.split(",") if part.strip()]
+    sizes, column = [], 1
+    for part in text.split(","):
+        lead = len(part) - len(part.lstrip())
+        if part.strip():
+            sizes.append(frontend.parse_size(part.strip(), Span("<--size>", 1, column + lead)))
+        column += len(part) + 1
+    return sizes
 
 
 def _parse_size_range(text: str) -> tuple[int, int]:
@@ -173,11 +189,14 @@ def _jobs(args: argparse.Namespace) -> list:
         if not requests:
             raise UsageError(f"{args.file} has no compile request: add `compile ... on ... size ...;` "
                              "or pass --topology and --collective")
+        override = args.algorithm
+        if override and _defines(args.file, override):
+            override = f"{args.file}:{override}"
         for req in requests:
             req_sizes = sizes or ([req.size_bytes] if req.size_bytes else [])
             if not req_sizes:
                 raise CollcError("this compile request has no size: add `size 1 MiB` or pass --size", req.span)
-            algorithm = args.algorithm or (None if (args.synthesize or args.pipeline) else req.algorithm)
+            algorithm = override or (None if (args.synthesize or args.pipeline) else req.algorithm)
             for size in req_sizes:
                 jobs.append(CompileJob(
                     topology=req.topology, collective=req.collective, size_bytes=size, algorithm=algorithm,
@@ -195,8 +214,11 @@ def _jobs(args: argparse.Namespace) -> list:
     coll_spec = f"{args.file}:{args.collective}" if args.file and _defines(args.file, args.collective) \
         else args.collective
     coll = frontend.resolve_collective(coll_spec, topo.num_ranks, base)
+    algorithm = args.algorithm
+    if algorithm and args.file and _defines(args.file, algorithm):
+        algorithm = f"{args.file}:{algorithm}"
     for size in sizes:
-        jobs.append(CompileJob(topology=topo, collective=coll, size_bytes=size, algorithm=args.algorithm,
+        jobs.append(CompileJob(topology=topo, collective=coll, size_bytes=size, algorithm=algorithm,
                                pipeline=_synth_pipeline(args, None), base_dir=base))
     return jobs
 
@@ -411,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"collc {args.command}: error: {exc}\n")
         return EXIT_USAGE
     except CollcError as err:
-        sys.stderr.write(format_error(err) + "\n")
+        sys.stderr.write(format_error(err, _spec_sources()) + "\n")
         return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("collc: interrupted\n")

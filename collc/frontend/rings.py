@@ -1,0 +1,145 @@
+"""The ring order behind the builtin `ring[k]`, found the way NCCL searches rings.
+
+Two GPUs are neighbours when a link joins them directly or a path through switches and
+NICs only (no other GPU) does; the pair's speed is that path's bottleneck capacity.
+The ring is a Hamiltonian cycle over the GPUs in this neighbour graph that keeps its
+slowest hop as fast as possible: speeds are tried from the fastest down, and at each
+one a bounded backtracking search (starting at rank 0, faster and lower-ranked
+neighbours first, pruned when some GPU could no longer be entered or left) looks for a
+cycle using hops at least that fast. If none is found the ring is rank order.
+Deterministic: the same topology always gives the same ring.
+"""
+
+from __future__ import annotations
+
+import heapq
+from functools import lru_cache
+
+from collc.ir.topology import NodeKind, Topology
+
+# Extensions of a partial cycle the search may try per speed level before giving up.
+SEARCH_BUDGET = 20_000
+
+
+def gpu_neighbours(topology: Topology) -> dict[int, dict[int, float]]:
+    """rank -> {rank: bytes/s}: the widest path from one GPU to another that passes only
+    through switches and NICs (a direct link counts)."""
+    gpus = topology.gpus
+    out: dict[int, dict[int, float]] = {}
+    for g in gpus:
+        best: dict[str, float] = {g.name: float("inf")}
+        reached: dict[int, float] = {}
+        heap: list[tuple[float, str]] = [(-float("inf"), g.name)]
+        while heap:
+            neg, name = heapq.heappop(heap)
+            width = -neg
+            if width < best.get(name, 0.0):
+                continue
+            node = topology.node(name)
+            if node.kind is NodeKind.GPU and name != g.name:
+                reached[node.rank] = width
+                continue  # a path may not pass through another GPU
+            for link in topology.out_links[name]:
+                w = min(width, link.capacity)
+                if w > best.get(link.dst, 0.0):
+                    best[link.dst] = w
+                    heapq.heappush(heap, (-w, link.dst))
+        out[g.rank] = reached
+    return out
+
+
+@lru_cache(maxsize=64)
+def find_ring(topology: Topology) -> tuple[int, ...]:
+    """Ranks in ring order (see the module docstring)."""
+    n = topology.num_ranks
+    if n <= 2:
+        return tuple(range(n))
+    import networkx as nx  # here: importing networkx costs ~0.15 s, and only rings need it
+
+    neighbours = gpu_neighbours(topology)
+    speeds = sorted({w for row in neighbours.values() for w in row.values()}, reverse=True)
+    for speed in speeds:
+        out_adj = {a: [b for b, w in sorted(row.items(), key=lambda kv: (-kv[1], kv[0])) if w >= speed]
+                   for a, row in neighbours.items()}
+        graph = nx.DiGraph((a, b) for a, bs in out_adj.items() for b in bs)
+        if graph.number_of_nodes() < n or not nx.is_strongly_connected(graph):
+            continue
+        cycle = _hamiltonian_cycle(out_adj, n)
+        if cycle is not None:
+            return tuple(cycle)
+    return tuple(range(n))
+
+
+def ring_speed(topology: Topology, ring: tuple[int, ...]) -> float:
+    """The slowest hop of a ring (bytes/s), 0 if some hop has no path."""
+    neighbours = gpu_neighbours(topology)
+    hops = zip(ring, ring[1:] + ring[:1])
+    return min((neighbours[a].get(b, 0.0) for a, b in hops), default=0.0)
+
+
+def _hamiltonian_cycle(out_adj: dict[int, list[int]], n: int) -> list[int] | None:
+    in_adj: dict[int, set[int]] = {v: set() for v in out_adj}
+    for a, bs in out_adj.items():
+        for b in bs:
+            in_adj[b].add(a)
+    out_sets = {a: set(bs) for a, bs in out_adj.items()}
+    start = 0
+    path = [start]
+    remaining = set(out_adj) - {start}
+    stack = [iter(out_adj[start])]
+    budget = SEARCH_BUDGET
+    while stack:
+        advanced = False
+        for nxt in stack[-1]:
+            if nxt not in remaining:
+                continue
+            budget -= 1
+            if budget < 0:
+                return None
+            remaining.discard(nxt)
+            if _viable(nxt, start, remaining, in_adj, out_sets):
+                path.append(nxt)
+                if not remaining:
+                    if start in out_sets[nxt]:
+                        return path
+                    path.pop()
+                    remaining.add(nxt)
+                    continue
+                stack.append(iter(out_adj[nxt]))
+                advanced = True
+                break
+            remaining.add(nxt)
+        if not advanced:
+            stack.pop()
+            if len(path) > 1:
+                remaining.add(path.pop())
+    return None
+
+
+def _viable(current: int, start: int, remaining: set[int], in_adj: dict[int, set[int]],
+            out_sets: dict[int, set[int]]) -> bool:
+    """Can the path still close? Every unvisited GPU needs a way in and a way out."""
+    if not remaining:
+        return True
+    if in_adj[start].isdisjoint(remaining):
+        return False
+    if out_sets[current].isdisjoint(remaining):
+        return False
+    enter = remaining | {current}
+    leave = remaining | {start}
+    for u in remaining:
+        if in_adj[u].isdisjoint(enter) or out_sets[u].isdisjoint(leave):
+            return False
+    # Every unvisited GPU must still be reachable from the path's end through unvisited
+    # GPUs (otherwise the path has walled part of the graph off).
+    seen = {current}
+    frontier = [current]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in out_sets[v]:
+                if w in remaining and w not in seen:
+                    seen.add(w)
+                    nxt.append(w)
+        frontier = nxt
+    return len(seen) == len(remaining) + 1

@@ -1,0 +1,111 @@
+"""The `collc` command as a user runs it: a subprocess, exit codes, messages, files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SHARED_XML = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "msccl-xml"
+
+
+def collc(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    # Run from a scratch directory so the installed package, not the checkout, is used.
+    return subprocess.run([sys.executable, "-m", "collc", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_version_and_usage_errors(tmp_path):
+    assert collc("--version", cwd=tmp_path).returncode == 0
+    assert collc(cwd=tmp_path).returncode == 2
+    r = collc("compile", "--topology", "ring(4)", "--collective", "allgather", "--size", "1MiB", cwd=tmp_path)
+    assert r.returncode == 2 and "-o" in r.stderr
+    r = collc("compile", "--topology", "ring(4)", "--collective", "allgather", "-o", "x.json", cwd=tmp_path)
+    assert r.returncode == 2 and "compile needs --size" in r.stderr
+    r = collc("compile", "--topology", "ring(4)", "--collective", "allgather", "--size", "1MiB",
+              "--algorithm", "ring", "--synthesize", "lp", "-o", "x.json", cwd=tmp_path)
+    assert r.returncode == 2 and "give one" in r.stderr
+
+
+def test_compile_hand_written_ring_writes_schedule_and_report(tmp_path):
+    r = collc("compile", "--topology", "ring(4)", "--collective", "allgather", "--size", "1MiB",
+              "--algorithm", "ring", "-o", "out.json", "--report", "r.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["schedule"]["collective"]["name"] == "allgather"
+    rep = json.loads((tmp_path / "r.json").read_text())
+    for key in ("collective", "topology", "ranks", "size_bytes", "time_us", "lower_bound_us", "algbw_GBps",
+                "busbw_GBps", "solver", "baselines"):
+        assert key in rep, key
+    assert rep["ranks"] == 4 and rep["size_bytes"] == 1 << 20
+    assert rep["time_us"] >= rep["lower_bound_us"] > 0
+    assert rep["busbw_GBps"] == pytest.approx(rep["algbw_GBps"] * 3 / 4)
+    assert "ring" in rep["baselines"] and rep["baselines"]["ring"]["time_us"] == pytest.approx(rep["time_us"])
+
+
+def test_compile_synthesizes_by_default(tmp_path):
+    r = collc("compile", "--topology", "dgx1", "--collective", "allgather", "--size", "1MiB", "-q",
+              "-o", "out.json", "--report", "r.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["ranks"] == 8 and rep["solver"]["method"] != "algorithm:ring"
+    assert rep["verified"] is True
+    assert rep["time_us"] <= rep["baselines"]["ring"]["time_us"] * 1.0001
+
+
+def test_bad_source_gets_located_error_and_no_output(tmp_path):
+    src = tmp_path / "bad.coll"
+    src.write_text("topology t() {\n    gpu g[2];\n    link g[0] <-> g[5] bw 10 GB/s lat 1 us;\n}\n"
+                   "compile allgather on t() size 1 MiB using ring;\n")
+    r = collc("compile", str(src), "-o", "out.json", cwd=tmp_path)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"{src}:3:")
+    assert "^" in r.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_check_reports_each_file(tmp_path):
+    good = tmp_path / "good.coll"
+    good.write_text("topology pair() {\n  gpu g[2];\n  link g[0] <-> g[1] bw 10 GB/s lat 1 us;\n}\n")
+    bad = tmp_path / "bad.coll"
+    bad.write_text("topology pair() {\n  gpu g[2]\n}\n")
+    r = collc("check", str(good), str(bad), cwd=tmp_path)
+    assert r.returncode == 1
+    assert str(good) in r.stdout and "ok" in r.stdout
+    assert f"{bad}:" in r.stderr and "error" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_show_and_list_json(tmp_path):
+    r = collc("show", "--topology", "ndv2(chassis=2)", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    topo = json.loads(r.stdout)["topology"]
+    assert sum(1 for n in topo["nodes"] if n["kind"] == "gpu") == 16
+    r = collc("list", "--json", cwd=tmp_path)
+    catalog = json.loads(r.stdout)
+    names = {t["name"] for t in catalog["topologies"]}
+    assert {"ring", "switch", "torus2d", "hypercube", "dgx1", "ndv2", "dgx2", "dgx_h100", "mi250"} <= names
+    assert {c["name"] for c in catalog["collectives"]} >= {"allgather", "reducescatter", "allreduce", "alltoall",
+                                                          "broadcast", "reduce", "gather", "scatter"}
+
+
+def test_unknown_stdlib_name_on_the_command_line(tmp_path):
+    r = collc("show", "--topology", "dgx9", cwd=tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "<--topology>:1:1" in r.stderr
+
+
+def test_passes_lists_builtin_and_backend_passes(tmp_path):
+    r = collc("passes", cwd=tmp_path)
+    assert r.returncode == 0
+    assert "verify" in r.stdout and "synthesize" in r.stdout
+
+
+@pytest.mark.skipif(not SHARED_XML.is_dir(), reason="shared/data is not beside this checkout")
+def test_verify_a_real_msccl_file(tmp_path):
+    r = collc("verify", str(SHARED_XML / "gen-mscclang__ag_ring_8.xml"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "ok" in r.stdout

@@ -1,0 +1,72 @@
+"""The `ring` builtin: a Hamiltonian cycle over fast hops, as NCCL searches rings."""
+
+from __future__ import annotations
+
+from collc.frontend import find_ring, resolve_topology
+from collc.frontend.rings import gpu_neighbours, ring_speed
+from collc.ir.topology import Link, Node, NodeKind, Topology
+
+
+def _hops(ring):
+    return list(zip(ring, ring[1:] + ring[:1]))
+
+
+def _is_cycle(ring, n):
+    return sorted(ring) == list(range(n))
+
+
+def test_dgx1_ring_uses_only_doubled_nvlinks():
+    topo = resolve_topology("dgx1")
+    ring = find_ring(topo)
+    assert _is_cycle(ring, 8) and ring[0] == 0
+    for a, b in _hops(ring):
+        assert topo.link(f"g[{a}]", f"g[{b}]").multiplicity == 2
+    assert ring_speed(topo, ring) == 50e9
+
+
+def test_ndv2_ring_crosses_chassis_only_over_the_infiniband_links():
+    topo = resolve_topology("ndv2(chassis=2)")
+    ring = find_ring(topo)
+    assert _is_cycle(ring, 16)
+    crossings = [(a, b) for a, b in _hops(ring) if a // 8 != b // 8]
+    assert sorted(crossings) == [(0, 9), (8, 1)]
+    inside = [(a, b) for a, b in _hops(ring) if a // 8 == b // 8]
+    assert all(topo.link(topo.gpu(a).name, topo.gpu(b).name).multiplicity == 2 for a, b in inside)
+
+
+def test_paths_through_switches_and_nics_count_as_hops():
+    topo = resolve_topology("dgx_h100(nodes=2)")
+    neighbours = gpu_neighbours(topo)
+    assert neighbours[0][1] == 450e9  # over the NVSwitch
+    assert neighbours[0][8] == 50e9  # NIC, rail switch, NIC: 400 Gbit/s
+    assert 9 not in neighbours[0]  # another rail: only through a GPU
+    ring = find_ring(topo)
+    assert _is_cycle(ring, 16) and ring_speed(topo, ring) == 50e9
+
+
+def test_large_multi_node_rings_are_found():
+    for spec, speed in [("ndv2(chassis=4)", 12.5e9), ("dgx2(chassis=2)", 12.5e9), ("mi250(chassis=2)", 25e9),
+                        ("dgx_h100(nodes=4)", 50e9)]:
+        topo = resolve_topology(spec)
+        ring = find_ring(topo)
+        assert _is_cycle(ring, topo.num_ranks)
+        assert ring_speed(topo, ring) == speed, spec
+
+
+def _line(n: int) -> Topology:
+    nodes = tuple(Node(f"g{i}", NodeKind.GPU, i) for i in range(n))
+    links = []
+    for i in range(n - 1):
+        links += [Link(f"g{i}", f"g{i + 1}", 1e9, 0.0), Link(f"g{i + 1}", f"g{i}", 1e9, 0.0)]
+    return Topology(f"line{n}", nodes, tuple(links))
+
+
+def test_falls_back_to_rank_order_without_a_hamiltonian_cycle():
+    assert find_ring(_line(4)) == (0, 1, 2, 3)
+
+
+def test_ring_is_deterministic():
+    a = find_ring(resolve_topology("torus2d(x=4, y=4)"))
+    find_ring.cache_clear()
+    b = find_ring(resolve_topology("torus2d(x=4, y=4)"))
+    assert a == b and _is_cycle(a, 16)
