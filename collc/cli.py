@@ -67,7 +67,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)
     for section, title in (("topologies", "Topologies"), ("collectives", "Collectives"),
                            ("algorithms", "Algorithms")):
         table = Table(title=title, title_justify="left")
@@ -80,9 +80,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             else:
                 second = ", ".join(f"{p['name']}={p['default']}" if p.get("default") is not None else p["name"]
                                    for p in item.get("params", []))
-            table.add_row(item["name"], second, item.get("description", ""))
+            table.add_row(item["name"], second, _first_sentence(item.get("description", "")))
         console.print(table)
     return EXIT_OK
+
+
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[: end + 1]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -303,7 +309,7 @@ def _print_report(rep: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)
     solver = rep.get("solver") or {}
     title = (f"{rep['collective']} on {rep['topology']} ({rep['ranks']} ranks), "
              f"{rep['size_bytes']:,} bytes")

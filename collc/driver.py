@@ -58,7 +58,7 @@ def produce_schedule(job: CompileJob) -> tuple[CompileUnit, dict[str, Any] | Non
                                                                   job.base_dir)
         unit = replace(unit, schedule=schedule)
         unit = PassManager(parse_pipeline("verify", job.span)).run(unit)
-        solver = {"method": f"algorithm:{job.algorithm}", "seconds": time.perf_counter() - t0,
+        solver = {"method": f"algorithm {job.algorithm}", "seconds": time.perf_counter() - t0,
                   "status": "hand-written", "optimal": None, "epochs": None, "variables": 0, "constraints": 0}
         return unit, solver
     unit = PassManager(parse_pipeline(schedule_pipeline(job), job.span)).run(unit)

@@ -24,7 +24,7 @@ from collc.frontend import algorithm as _algorithm
 from collc.frontend import ast
 from collc.frontend import collective as _collective
 from collc.frontend import topology as _topology
-from collc.frontend.evaluate import Evaluator, RequirementError, Scope
+from collc.frontend.evaluate import Evaluator, RankRangeError, RequirementError, Scope
 from collc.frontend.modules import Entry, Module, clear_cache as _clear_module_cache, load_module as _load_module
 from collc.frontend.modules import stdlib_modules, stdlib_root
 from collc.frontend.parser import CollSyntaxError, parse, parse_spec, parse_value
@@ -252,9 +252,10 @@ def crossbar(ranks: int) -> Topology:
 
 def check_file(path: str | os.PathLike) -> CheckSummary:
     """Load and check a file, then instantiate what it defines: topologies whose
-    parameters all have defaults, collectives at 4 ranks, each algorithm at 2, 3, 4
-    and 8 ranks on a crossbar (skipping rank counts its `require`s reject), and every
-    compile request."""
+    parameters all have defaults, every compile request, collectives at the rank counts
+    the requests use (4 ranks for one no request uses), each algorithm at 2, 3, 4 and 8
+    ranks on a crossbar. Rank counts a definition cannot take (its `require`s reject
+    them, or it names a rank past the end) are skipped and said in the summary."""
     module = _load_module(path)
     summary = CheckSummary(str(path))
     for name, entry in module.topologies.items():
@@ -264,18 +265,28 @@ def check_file(path: str | os.PathLike) -> CheckSummary:
                                       f"{len(topo.links)} links")
         else:
             summary.topologies.append(f"{name}: needs arguments")
+    requests = load_requests(path)
+    used_at: dict[str, set[int]] = {}
+    for req in requests:
+        used_at.setdefault(req.collective.name, set()).add(req.collective.ranks)
     for name, entry in module.collectives.items():
-        try:
-            coll = _collective.instantiate(entry, 4, [], None)
-            summary.collectives.append(f"{name}: {coll.in_chunks} in, {coll.out_chunks} out at 4 ranks")
-        except RequirementError:
-            summary.collectives.append(f"{name}: not applicable at 4 ranks")
+        ranks = sorted(used_at.get(name, ())) or [SHOW_RANKS]
+        notes = []
+        for r in ranks:
+            try:
+                coll = _collective.instantiate(entry, r, [], None)
+                notes.append(f"{coll.in_chunks} in, {coll.out_chunks} out at {r} ranks")
+            except (RequirementError, RankRangeError) as exc:
+                if name in used_at:
+                    raise
+                notes.append(f"not applicable at {r} ranks ({exc.message})")
+        summary.collectives.append(f"{name}: " + "; ".join(notes))
     for name, variants in module.algorithms.items():
         for coll_name, entry in variants.items():
             checked = _check_algorithm(module, entry, coll_name)
             summary.algorithms.append(f"{name} for {coll_name}: verified at ranks "
                                       f"{', '.join(map(str, checked)) or 'none'}")
-    summary.requests.extend(load_requests(path))
+    summary.requests.extend(requests)
     return summary
 
 
@@ -287,7 +298,7 @@ def _check_algorithm(module: Module, entry: Entry, coll_name: str) -> list[int]:
         try:
             coll = _collective.instantiate(coll_entry, ranks, [], None)
             _algorithm.instantiate(entry, crossbar(ranks), coll, [], None)
-        except RequirementError:
+        except (RequirementError, RankRangeError):
             continue
         checked.append(ranks)
     return checked

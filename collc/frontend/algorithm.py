@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from collc.diagnostics import CollcError, ScheduleError, Span
 from collc.frontend import ast
-from collc.frontend.evaluate import Evaluator, NotAValue, Scope, as_int
+from collc.frontend.evaluate import Evaluator, NotAValue, Scope, as_int, RankRangeError
 from collc.frontend.rings import find_ring
 from collc.frontend.runner import BodyRunner, bind_args, called_from, instance_name, params_scope
 from collc.ir.collective import Collective
@@ -161,7 +161,7 @@ class _AlgorithmRunner(BodyRunner):
         coll = self.program.collective
         rank = as_int(self.ev.eval(loc.rank, scope), loc.rank.span, "a rank")
         if not 0 <= rank < coll.ranks:
-            raise CollcError(f"rank {rank} is out of range: there are {coll.ranks} ranks "
+            raise RankRangeError(f"rank {rank} is out of range: there are {coll.ranks} ranks "
                              f"(0 to {coll.ranks - 1})", loc.rank.span)
         buffer = _BUFFERS[loc.buffer]
         size = self.program.buffer_size(rank, buffer)

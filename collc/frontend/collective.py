@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
-from collc.frontend.evaluate import Evaluator, Scope, as_int
+from collc.frontend.evaluate import Evaluator, Scope, as_int, RankRangeError
 from collc.frontend.runner import BodyRunner, bind_args, called_from, params_scope
 from collc.frontend.values import Chunks, format_value, type_word
 from collc.ir.collective import ChunkId, Collective, CollectiveKind, Value, standard, value_str
@@ -67,7 +67,7 @@ def instantiate(entry: "Entry", ranks: int, args: Args, call_span: Span | None) 
     if "root" in params:
         root = as_int(bound.values["root"], bound.spans["root"], "root")
         if not 0 <= root < ranks:
-            raise CollcError(f"root {root} is out of range: there are {ranks} ranks (0 to {ranks - 1})",
+            raise RankRangeError(f"root {root} is out of range: there are {ranks} ranks (0 to {ranks - 1})",
                              bound.spans["root"])
     scope = params_scope(base, defn, bound)
     with called_from(f"collective {defn.name} at {ranks} ranks", call_span):
@@ -106,7 +106,7 @@ def _chunk_builtin(ranks: int):
         r = as_int(args[0], spans[0], "the rank of a chunk")
         i = as_int(args[1], spans[1], "the index of a chunk")
         if not 0 <= r < ranks:
-            raise CollcError(f"rank {r} is out of range: there are {ranks} ranks (0 to {ranks - 1})", spans[0])
+            raise RankRangeError(f"rank {r} is out of range: there are {ranks} ranks (0 to {ranks - 1})", spans[0])
         if i < 0:
             raise CollcError(f"a chunk index cannot be negative, got {i}", spans[1])
         return Chunks(frozenset({ChunkId(r, i)}))
@@ -152,7 +152,7 @@ class _CollectiveRunner(BodyRunner):
     def _rank(self, expr: ast.Expr, scope: Scope) -> int:
         r = as_int(self.ev.eval(expr, scope), expr.span, "a rank")
         if not 0 <= r < self.state.ranks:
-            raise CollcError(f"rank {r} is out of range: there are {self.state.ranks} ranks "
+            raise RankRangeError(f"rank {r} is out of range: there are {self.state.ranks} ranks "
                              f"(0 to {self.state.ranks - 1})", expr.span)
         return r
 
@@ -185,7 +185,7 @@ class _CollectiveRunner(BodyRunner):
         for t in targets:
             r = as_int(t, stmt.targets.span, "a destination rank")
             if not 0 <= r < self.state.ranks:
-                raise CollcError(f"rank {r} is out of range: there are {self.state.ranks} ranks "
+                raise RankRangeError(f"rank {r} is out of range: there are {self.state.ranks} ranks "
                                  f"(0 to {self.state.ranks - 1})", stmt.targets.span)
             if r in seen:
                 raise CollcError(f"rank {r} is named twice", stmt.targets.span)

@@ -28,6 +28,10 @@ class RequirementError(CollcError):
     """A `require` statement that does not hold for the given arguments."""
 
 
+class RankRangeError(CollcError):
+    """A rank past the end for this many ranks: a definition may still be right for more."""
+
+
 @dataclass
 class Binding:
     value: Any

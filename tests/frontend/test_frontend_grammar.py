@@ -91,12 +91,12 @@ SPECS: list[str] = ["ndv2(chassis=2)", "dgx1", "allgather(chunks = 4)", "ring()"
 VALUES: list[str] = ["64 MiB", "1024", "2 * 1 GiB"]
 
 
-LANGUAGE_DOC = Path(__file__).resolve().parents[2] / "collc" / "frontend" / "LANGUAGE.md"
+LANGUAGE_DOC = Path(__file__).resolve().parents[2] / "docs" / "language.md"
 
 
 def _doc_examples() -> dict[str, str]:
     blocks = re.findall(r"```\n(.*?)```", LANGUAGE_DOC.read_text(), re.S)
-    return {f"<LANGUAGE.md example {i}>": b for i, b in enumerate(blocks)}
+    return {f"<docs/language.md example {i}>": b for i, b in enumerate(blocks)}
 
 
 def _corpus() -> dict[str, str]:
