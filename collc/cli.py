@@ -247,7 +247,7 @@ def _backend_options(args: argparse.Namespace):
 
 
 def _output_path(out: Path, job, backend, many: bool) -> Path:
-    if not many:
+    if not many and not out.is_dir():
         return out
     name = f"{job.collective.name}-{job.topology.name}-{job.size_bytes}B{backend.suffix}"
     return out / _safe_filename(name)

@@ -1,1 +1,1 @@
-
+"""The CuPy/NCCL executor backend (`collc.backends.cupy.backend.BACKEND`)."""
