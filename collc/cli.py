@@ -243,7 +243,7 @@ def _backend_options(args: argparse.Namespace):
     return BackendOptions(
         inplace=args.inplace, proto=args.proto, instances=args.instances,
         size_range=_parse_size_range(args.size_range) if args.size_range else None,
-        max_steps_per_tb=args.max_steps)
+        max_steps_per_tb=args.max_steps, extra={"channels": args.channels} if args.channels else {})
 
 
 def _output_path(out: Path, job, backend, many: bool) -> Path:
@@ -410,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--instances", type=int, default=1, help="msccl-xml: copies on separate channels")
     out.add_argument("--size-range", metavar="MIN:MAX", help="msccl-xml: byte range the file claims")
     out.add_argument("--max-steps", type=int, default=64, help="msccl-xml: steps per threadblock limit")
+    out.add_argument("--channels", type=int, default=0, help="msccl-xml: channels to use (default: fewest that fit)")
     out.add_argument("--no-baselines", action="store_true", help="skip timing the stdlib baselines")
     out.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(func=cmd_compile)

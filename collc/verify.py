@@ -25,8 +25,10 @@ def buffer_size(schedule: Schedule, rank: int, buffer: Buffer) -> int:
     return schedule.scratch_slots(rank)
 
 
-def check_structure(schedule: Schedule, topology: Topology | None = None) -> None:
-    """Ids unique, deps point backwards, slots in range, routes follow links."""
+def check_structure(schedule: Schedule, topology: Topology | None = None, in_place: bool = False) -> None:
+    """Ids unique, deps point backwards, slots in range, routes follow links, and no
+    writes to read-only buffers (unless `in_place`: the backends' aliased form, where
+    input and output are one buffer)."""
     ranks = schedule.collective.ranks
     if topology is not None and topology.num_ranks != ranks:
         raise ScheduleError(
@@ -60,8 +62,25 @@ def check_structure(schedule: Schedule, topology: Topology | None = None) -> Non
                     f"op {op.id} touches rank {loc.rank} {loc.buffer.label}[{loc.index}"
                     f"{'' if op.count == 1 else f'..{loc.index + op.count}'}], but that buffer has {size} slots",
                     op.origin)
+        if not in_place:
+            _check_writable(schedule, op)
         if topology is not None and op.route:
             _check_route(op, topology)
+
+
+def _check_writable(schedule: Schedule, op: Op) -> None:
+    """Inputs are read-only (NCCL's sendbuff is const), and a rank whose output the
+    collective leaves empty (a non-root of Reduce or Gather) may have no receive buffer
+    at all; partial results belong in scratch."""
+    dst = op.dst
+    if dst.buffer is Buffer.INPUT:
+        raise ScheduleError(
+            f"op {op.id} writes {dst}: input buffers are read-only (NCCL's send buffer is const); "
+            "keep partial results in scratch", op.origin)
+    if dst.buffer is Buffer.OUTPUT and all(v is None for v in schedule.collective.outputs[dst.rank]):
+        raise ScheduleError(
+            f"op {op.id} writes {dst}, but {schedule.collective.name} leaves rank {dst.rank}'s output "
+            "unused (it may not exist on that rank); keep partial results in scratch", op.origin)
 
 
 def _check_route(op: Op, topology: Topology) -> None:

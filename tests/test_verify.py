@@ -108,3 +108,24 @@ def test_unreachable_pairs_on_a_split_topology():
     nodes = tuple(Node(f"g{i}", NodeKind.GPU, i) for i in range(3))
     topo = Topology("split", nodes, (Link("g0", "g1", 1e9, 1e-6), Link("g1", "g0", 1e9, 1e-6)))
     assert unreachable_pairs(topo) == [(0, 2), (1, 2), (2, 0), (2, 1)]
+
+
+def test_inputs_are_read_only():
+    sched = ring_allgather(3)
+    ops = list(sched.ops) + [Op(99, OpKind.COPY, Loc(0, Buffer.OUTPUT, 0), Loc(0, Buffer.INPUT, 0),
+                                deps=tuple(o.id for o in sched.ops), step=9)]
+    with pytest.raises(ScheduleError, match=r"op 99 writes rank 0 input\[0\]: input buffers are read-only"):
+        verify(_with_ops(sched, ops))
+
+
+def test_non_root_output_of_reduce_is_unavailable():
+    from collc.ir.collective import reduce
+
+    coll = reduce(2, root=0)
+    ops = (Op(0, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), step=0),
+           Op(1, OpKind.COPY, Loc(1, Buffer.INPUT, 0), Loc(1, Buffer.OUTPUT, 0), step=0),
+           Op(2, OpKind.REDUCE, Loc(1, Buffer.OUTPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=(0, 1), step=1))
+    with pytest.raises(ScheduleError, match="leaves rank 1's output unused"):
+        verify(Schedule("bad-reduce", coll, "ring2", ops))
+    fixed = (ops[0], Op(1, OpKind.REDUCE, Loc(1, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=(0,), step=1))
+    verify(Schedule("reduce", coll, "ring2", fixed))

@@ -14,6 +14,7 @@ import dataclasses
 import re
 import time
 import typing
+from enum import Enum
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -67,6 +68,8 @@ class Pass:
 
 
 def _fmt(v: Any) -> str:
+    if isinstance(v, Enum):
+        return str(v.value)
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)

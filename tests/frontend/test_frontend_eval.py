@@ -205,14 +205,14 @@ algorithm chain for allgather {
     copy out[1][1] -> out[0][1];       // 3: reads what 1 wrote
     copy in[0][0] -> scratch[0][0];    // 4: reads in[0][0], no writer
     reduce in[1][0] -> scratch[0][0];  // 5: writes what 4 wrote
-    copy in[1][0] -> in[0][0];         // 6: overwrites what 0 and 4 read
+    copy out[1][0] -> out[0][0];       // 6: reads what 2 wrote; overwrites what 0 wrote and 2 read
 }
 compile allgather on ring(2) using chain;
 """)
     (req,) = load_requests(tmp_path / "t.coll")
     ops = req.schedule.ops
-    assert [op.deps for op in ops] == [(), (), (0,), (1,), (), (4,), (0, 4)]
-    assert [op.step for op in ops] == [0, 0, 1, 1, 0, 1, 1]
+    assert [op.deps for op in ops] == [(), (), (0,), (1,), (), (4,), (0, 2)]
+    assert [op.step for op in ops] == [0, 0, 1, 1, 0, 1, 2]
     assert ops[5].kind is OpKind.REDUCE and ops[5].dst == Loc(0, Buffer.SCRATCH, 0)
     assert [op.origin.line for op in ops] == list(range(5, 12))
     assert req.schedule.scratch == (1, 1)

@@ -1,0 +1,90 @@
+"""`msccl-assemble`: the ordered lowered program as an `XmlAlgo` (the writer's input).
+
+Operands follow what the executor reads for each step type (msccl_kernel.cu):
+
+| type | executor uses | written here |
+|---|---|---|
+| s | src (local) | src local, dst = where the receiver stores it |
+| r | dst (local) | src = where the sender reads it, dst local |
+| rcs | dst (store, then forward) | src = dst |
+| rrc, rrcs | dst = received + src | src = dst (reductions are in place) |
+| rrs | received + src, sent on | src = dst |
+| cpy, re | src and dst (local) | as is |
+| nop | nothing | srcbuf i, dstbuf o, offsets -1, cnt 0 (the parser still reads them) |
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from collc.backends.msccl_xml.model import BufferName, Protocol, StepType, XmlAlgo, XmlGpu, XmlStep, XmlThreadblock
+from collc.backends.msccl_xml.program import ROOTED, Half, LStep, Program, Slot, Stage
+from collc.diagnostics import CollcError
+from collc.passes.base import CompileUnit, Pass, register_pass
+
+
+def assemble(program: Program, *, proto: Protocol = Protocol.SIMPLE, min_bytes: int = 0, max_bytes: int = 0,
+             name: str = "") -> XmlAlgo:
+    if program.stage is not Stage.ORDERED:
+        raise CollcError(f"msccl-assemble needs numbered steps; run msccl-deps before it (the program is "
+                         f"{program.stage.value})")
+    if min_bytes < 0 or max_bytes < 0:
+        raise CollcError(f"msccl-assemble: byte range [{min_bytes}, {max_bytes}] is negative")
+    if max_bytes and max_bytes < min_bytes:
+        raise CollcError(f"msccl-assemble: maxBytes={max_bytes} is below minBytes={min_bytes}; no message size "
+                         "would select the file (maxBytes=0 means no upper limit)")
+    gpus = []
+    for g in program.gpus:
+        tbs = [XmlThreadblock(tb.id, tb.send, tb.recv, tb.chan,
+                              [_step(s, step, program) for s, step in enumerate(tb.steps)]) for tb in g.tbs]
+        gpus.append(XmlGpu(g.rank, g.i_chunks, g.o_chunks, g.s_chunks, tbs))
+    extra = {}
+    if program.collective.kind in ROOTED:
+        # Not read by the executor; tells `collc verify` (and a reader) which rank is the root.
+        extra["root"] = str(program.collective.root or 0)
+    return XmlAlgo(
+        name=algo_name(name or program.name, program), proto=Protocol(proto), nchannels=program.nchannels,
+        nchunksperloop=program.nchunksperloop, ngpus=program.ngpus, coll=program.coll, inplace=program.inplace,
+        outofplace=not program.inplace, min_bytes=min_bytes, max_bytes=max_bytes, gpus=gpus, extra_attrs=extra)
+
+
+def algo_name(base: str, program: Program) -> str:
+    """A name the executor's parser reads intact: no quotes or spaces, under 255 bytes."""
+    text = re.sub(r"[^A-Za-z0-9_.+-]+", "_", base).strip("_") or program.coll
+    return text[:120]
+
+
+def _step(s: int, step: LStep, program: Program) -> XmlStep:
+    depid, deps = step.wait if step.wait is not None else (-1, -1)
+    if step.type is StepType.NOP:
+        return XmlStep(s, StepType.NOP, BufferName.INPUT, -1, BufferName.OUTPUT, -1, 0, depid, deps, False)
+    first: Half = program.halves[step.halves[0]]
+    src, dst = _operands(step.type, first)
+    return XmlStep(s, step.type, src.buffer, src.index, dst.buffer, dst.index, first.count, depid, deps,
+                   step.hasdep)
+
+
+def _operands(kind: StepType, first: Half) -> tuple[Slot, Slot]:
+    if kind in (StepType.SEND, StepType.RECV, StepType.COPY, StepType.REDUCE):
+        return first.src, first.dst
+    # Fused steps and rrc: everything happens on the receive's destination slots.
+    return first.dst, first.dst
+
+
+@register_pass
+@dataclass(frozen=True)
+class AssembleAlgo(Pass):
+    name = "msccl-assemble"
+    summary = "build the MSCCL XML program (XmlAlgo) from the ordered threadblocks"
+    proto: Protocol = Protocol.SIMPLE
+    min_bytes: int = 0
+    max_bytes: int = 0  # 0: no upper limit
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        if not isinstance(unit.lowered, Program):
+            raise CollcError(f"{self.name} needs the MSCCL lowered program; run msccl-threadblocks, msccl-fuse "
+                             "and msccl-deps before it")
+        algo = assemble(unit.lowered, proto=self.proto, min_bytes=self.min_bytes, max_bytes=self.max_bytes)
+        return replace(unit, lowered=algo).with_note(self.name, gpus=algo.ngpus, channels=algo.nchannels,
+                                                     steps=sum(len(tb.steps) for g in algo.gpus for tb in g.tbs))

@@ -1,0 +1,277 @@
+"""Channels and threadblocks for the halves of a schedule.
+
+A connection is (sender rank, receiver rank, channel); the executor gives each one FIFO,
+so all messages of a connection leave from one threadblock of the sender and arrive in
+one threadblock of the receiver, and a threadblock has one send peer and one receive
+peer. The plan:
+
+1. *Chains*: a receive and the send that forwards exactly what it received are a fusion
+   candidate (one `rcs`/`rrs`/`rrcs` step); candidates link transfers into chains (the
+   path of a chunk through a ring, say). A chain stays on one channel so that its
+   receives and forwards can share threadblocks.
+2. *Channels*: chains are placed one by one on the channel where the busiest connection
+   they use is least loaded, keeping at most 32 send and 32 receive peers per rank and
+   channel. `msccl-threadblocks` tries channel counts from the fewest that could fit
+   `max_steps` upwards.
+3. *Threadblocks*: on each rank and channel, receive connections are paired with send
+   connections by a maximum-weight matching, the weight being the fusion candidates
+   between them; unmatched connections get a threadblock of their own. Local ops join
+   the threadblock of the half they wait for last (no cross-threadblock wait), or a
+   threadblock without peers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock
+from collc.diagnostics import CollcError
+
+MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
+MAX_TBS_PER_CHANNEL = 32  # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
+
+
+def fusion_candidates(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:
+    """(receive half, send half) pairs where the send forwards exactly what the receive stored."""
+    out = []
+    for b in halves:
+        if b.kind is not HalfKind.SEND:
+            continue
+        for p in preds[b.id]:
+            a = halves[p]
+            if a.kind.receives and a.dst == b.src and a.count == b.count:
+                out.append((a.id, b.id))
+    return out
+
+
+@dataclass
+class _Tb:
+    send: int
+    recv: int
+    chan: int
+    halves: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TbPlan:
+    channels_per_instance: int
+    tbs: tuple[tuple[LThreadblock, ...], ...]  # per rank
+    channel_of: dict[int, int]  # half id -> channel
+    # The longest threadblock if every fusion candidate inside one is fused and no nop
+    # step is needed: a lower bound on its final length.
+    least_steps: int
+    longest: str
+
+
+def check_counts(instances: int, channels: int) -> None:
+    if instances < 1 or instances > MAX_CHANNELS:
+        raise CollcError(f"msccl-threadblocks: instances={instances}; MSCCL has 1 to {MAX_CHANNELS} channels, "
+                         "and every instance needs its own")
+    if channels < 0 or channels * instances > MAX_CHANNELS:
+        raise CollcError(f"msccl-threadblocks: channels={channels} x instances={instances} needs "
+                         f"{channels * instances} channels; MSCCL has at most {MAX_CHANNELS}")
+
+
+def channel_counts(halves: tuple[Half, ...], instances: int, channels: int, max_steps: int) -> list[int]:
+    """Channel counts (per instance) worth trying, fewest first: the given one, or from
+    the least that could hold the busiest connection up to all there are."""
+    limit = MAX_CHANNELS // instances
+    if channels:
+        return [channels]
+    busiest = max(Counter((h.rank, h.peer) for h in halves if h.kind is HalfKind.SEND and h.instance == 0
+                          ).values(), default=0)
+    return list(range(max(1, min(limit, -(-busiest // max(1, max_steps)))), limit + 1))
+
+
+def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
+                      c: int, max_steps: int) -> TbPlan | None:
+    """Threadblocks for every rank with `c` channels per instance, or None when the
+    per-channel limits cannot hold."""
+    candidates = fusion_candidates(halves, preds)
+    base = _assign_channels(halves, _chains(halves, candidates), c)
+    if base is None:
+        return None
+    channel_of = {h.id: base[(h.key.position, h.key.piece)] + h.instance * c for h in halves if not h.is_local}
+    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps)
+    if per_rank is None:
+        return None
+    rank, steps, tb = _largest(per_rank, halves, candidates)
+    for tbs in per_rank:
+        for t in tbs:
+            for h in t.halves:
+                channel_of[h] = t.chan
+    return TbPlan(c, tuple(_finish(tbs, halves) for tbs in per_rank), channel_of, steps,
+                  f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
+
+
+def _chains(halves: tuple[Half, ...], candidates: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Transfers of instance 0, as (position, piece), grouped into chains in time order."""
+    g = nx.Graph()
+    first: dict[tuple[int, int], tuple] = {}
+    for h in halves:
+        if h.kind is HalfKind.SEND and h.instance == 0:
+            t = (h.key.position, h.key.piece)
+            g.add_node(t)
+            first[t] = h.key.message
+    for a, b in candidates:
+        ha, hb = halves[a], halves[b]
+        if ha.instance == 0:
+            g.add_edge((ha.key.position, ha.key.piece), (hb.key.position, hb.key.piece))
+    chains = [sorted(c, key=lambda t: first[t]) for c in nx.connected_components(g)]
+    chains.sort(key=lambda c: first[c[0]])
+    return chains
+
+
+def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]]], c: int
+                     ) -> dict[tuple[int, int], int] | None:
+    """Channel of every transfer (of instance 0), or None when the peer limits cannot hold."""
+    conn_of: dict[tuple[int, int], tuple[int, int]] = {}
+    for h in halves:
+        if h.kind is HalfKind.SEND and h.instance == 0:
+            conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
+    load: Counter = Counter()
+    send_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
+    recv_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
+    channel: dict[tuple[int, int], int] = {}
+    for chain in chains:
+        uses = Counter(conn_of[t] for t in chain)
+        best: tuple[int, int] | None = None
+        for ch in range(c):
+            if not all(_room(send_peers[(a, ch)], b) and _room(recv_peers[(b, ch)], a) for a, b in uses):
+                continue
+            cost = max(load[(a, b, ch)] + n for (a, b), n in uses.items())
+            if best is None or cost < best[0]:
+                best = (cost, ch)
+        if best is None:
+            return None
+        ch = best[1]
+        for (a, b), n in uses.items():
+            load[(a, b, ch)] += n
+            send_peers[(a, ch)].add(b)
+            recv_peers[(b, ch)].add(a)
+        for t in chain:
+            channel[t] = ch
+    return channel
+
+
+def _room(peers: set[int], peer: int) -> bool:
+    return peer in peers or len(peers) < MAX_TBS_PER_CHANNEL
+
+
+def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
+           channel_of: dict[int, int], ranks: int, c: int, max_steps: int) -> list[list[_Tb]] | None:
+    sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rank, peer, chan) -> halves
+    recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+    for h in halves:
+        if h.kind is HalfKind.SEND:
+            sends[(h.rank, h.peer, channel_of[h.id])].append(h.id)
+        elif h.kind.receives:
+            recvs[(h.rank, h.peer, channel_of[h.id])].append(h.id)
+    weight: dict[tuple[int, int], Counter] = defaultdict(Counter)  # (rank, chan) -> (recv peer, send peer)
+    for a, b in candidates:
+        ha, hb = halves[a], halves[b]
+        weight[(ha.rank, channel_of[a])][(ha.peer, hb.peer)] += 1
+
+    groups: dict[tuple[int, int], tuple[set[int], set[int]]] = defaultdict(lambda: (set(), set()))
+    for rank, peer, ch in sends:
+        groups[(rank, ch)][0].add(peer)
+    for rank, peer, ch in recvs:
+        groups[(rank, ch)][1].add(peer)
+
+    per_rank: list[list[_Tb]] = [[] for _ in range(ranks)]
+    for (rank, ch), (send_peers, recv_peers) in sorted(groups.items()):
+        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)])
+        if pairs is None:
+            return None
+        for q, p in pairs:
+            tb = _Tb(q, p, ch)
+            if q >= 0:
+                tb.halves += sends[(rank, q, ch)]
+            if p >= 0:
+                tb.halves += recvs[(rank, p, ch)]
+            per_rank[rank].append(tb)
+    _place_locals(halves, preds, per_rank, c, max_steps)
+    for r in range(ranks):
+        if not per_rank[r]:
+            # The executor launches one CUDA block per threadblock; a GPU with nothing to
+            # do still gets an (empty) one so that the launch is valid.
+            per_rank[r].append(_Tb(-1, -1, 0))
+        if max(Counter(tb.chan for tb in per_rank[r]).values()) > MAX_TBS_PER_CHANNEL:
+            return None
+    return per_rank
+
+
+def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter) -> list[tuple[int, int]] | None:
+    """(send peer, recv peer) of each threadblock of one rank and channel (-1: none)."""
+    g = nx.Graph()
+    for (p, q), w in weight.items():
+        g.add_edge(("r", p), ("s", q), weight=w)
+    matched = nx.max_weight_matching(g) if g.number_of_edges() else set()
+    pairs = []
+    for u, v in matched:
+        (_, p), (_, q) = (u, v) if u[0] == "r" else (v, u)
+        pairs.append((q, p))
+    lone_sends = sorted(send_peers - {q for q, _ in pairs})
+    lone_recvs = sorted(recv_peers - {p for _, p in pairs})
+    # Unrelated connections share a threadblock only when the channel would otherwise
+    # hold too many (a shared one runs their steps one after the other).
+    while len(pairs) + len(lone_sends) + len(lone_recvs) > MAX_TBS_PER_CHANNEL and lone_sends and lone_recvs:
+        pairs.append((lone_sends.pop(0), lone_recvs.pop(0)))
+    pairs += [(q, -1) for q in lone_sends] + [(-1, p) for p in lone_recvs]
+    if len(pairs) > MAX_TBS_PER_CHANNEL:
+        return None
+    return sorted(pairs)
+
+
+def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], per_rank: list[list[_Tb]],
+                  c: int, max_steps: int) -> None:
+    where: dict[int, _Tb] = {h: tb for tbs in per_rank for tb in tbs for h in tb.halves}
+    own: dict[tuple[int, int], list[_Tb]] = defaultdict(list)  # (rank, instance) -> peerless tbs
+    for h in sorted((h for h in halves if h.is_local), key=lambda h: h.key):
+        before = [p for p in preds[h.id] if p in where]
+        if before:
+            tb = where[max(before, key=lambda p: halves[p].key)]
+        else:
+            mine = own[(h.rank, h.instance)]
+            if not mine or len(mine[-1].halves) >= max_steps:
+                # On the instance's channel with the fewest threadblocks of this rank.
+                used = Counter(tb.chan for tb in per_rank[h.rank])
+                chan = min(range(h.instance * c, (h.instance + 1) * c), key=lambda ch: (used[ch], ch))
+                mine.append(_Tb(-1, -1, chan))
+                per_rank[h.rank].append(mine[-1])
+            tb = mine[-1]
+        tb.halves.append(h.id)
+        where[h.id] = tb
+
+
+def _largest(per_rank: list[list[_Tb]], halves: tuple[Half, ...], candidates: list[tuple[int, int]]
+             ) -> tuple[int, int, _Tb]:
+    """(rank, steps, tb) of the threadblock with the most steps once fused (an estimate:
+    every candidate inside a threadblock fused, no nop steps)."""
+    owner = {h: id(tb) for tbs in per_rank for tb in tbs for h in tb.halves}
+    fused: Counter = Counter()
+    used: set[int] = set()
+    for a, b in candidates:
+        if owner.get(a) == owner.get(b) and a not in used and b not in used:
+            fused[owner[a]] += 1
+            used.update((a, b))
+    best: tuple[int, int, _Tb] = (0, 0, per_rank[0][0])
+    for rank, tbs in enumerate(per_rank):
+        for tb in tbs:
+            n = len(tb.halves) - fused[id(tb)]
+            if n > best[1]:
+                best = (rank, n, tb)
+    return best
+
+
+def _finish(tbs: list[_Tb], halves: tuple[Half, ...]) -> tuple[LThreadblock, ...]:
+    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, min((halves[h].key for h in tb.halves),
+                                                                          default=())))
+    out = []
+    for i, tb in enumerate(ordered):
+        steps = tuple(LStep(halves[h].kind.step_type, (h,)) for h in sorted(tb.halves, key=lambda h: halves[h].key))
+        out.append(LThreadblock(i, tb.send, tb.recv, tb.chan, steps))
+    return tuple(out)

@@ -1,0 +1,103 @@
+"""`msccl-fuse`: a receive and the send that forwards it become one step.
+
+`r` then `s` of the same chunk becomes `rcs` (receive, store, send on); `rrc` then `s`
+becomes `rrcs`, or `rrs` when nothing else ever reads the stored sum (the executor then
+does not store it). A fused step runs where its receive ran, so fusing is allowed only
+when it keeps the two properties the threadblock order guarantees (see
+`dependencies.py`):
+
+- the step waits for nothing at or after its receive: every half the send must follow,
+  other than the receive itself, comes earlier;
+- the threadblock still sends in the order the receiving threadblock receives: no other
+  send of the threadblock moves across the fused send.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+from collc.backends.msccl_xml.channels import fusion_candidates
+from collc.backends.msccl_xml.model import StepType
+from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, Program, Stage, remember_last
+from collc.diagnostics import CollcError
+from collc.passes.base import CompileUnit, Pass, register_pass
+
+
+@remember_last
+def fuse(program: Program) -> Program:
+    if program.stage is not Stage.ASSIGNED:
+        raise CollcError(f"msccl-fuse runs right after msccl-threadblocks (the program is {program.stage.value})")
+    forwards: dict[int, list[int]] = defaultdict(list)  # receive half -> sends that forward it
+    for a, b in fusion_candidates(program.halves, program.preds):
+        forwards[a].append(b)
+    sole = dict(program.sole_readers)
+    gpus = tuple(replace(g, tbs=tuple(_fuse_tb(tb, program, forwards, sole) for tb in g.tbs)) for g in program.gpus)
+    return replace(program, gpus=gpus, stage=Stage.FUSED)
+
+
+def _fuse_tb(tb: LThreadblock, program: Program, forwards: dict[int, list[int]], sole: dict[int, int]
+             ) -> LThreadblock:
+    halves = program.halves
+    order = [s.halves[0] for s in tb.steps]  # one half per step so far, in key order
+    in_tb = set(order)
+    # Places of the threadblock's sends, sorted. They are in message order too (all go to
+    # the one send peer on the one channel), and fusing keeps them so.
+    send_places = sorted(halves[h].key for h in order if halves[h].kind is HalfKind.SEND)
+    partner: dict[int, int] = {}  # receive -> fused send
+    fused_sends: set[int] = set()
+    for a in order:
+        if not halves[a].kind.receives:
+            continue
+        for b in sorted(forwards.get(a, ()), key=lambda h: halves[h].key):
+            if b in in_tb and b not in fused_sends and _may_fuse(halves[a], halves[b], send_places, program):
+                partner[a] = b
+                fused_sends.add(b)
+                send_places.remove(halves[b].key)
+                bisect.insort(send_places, halves[a].key)
+                break
+    steps = []
+    for h in order:
+        if h in fused_sends:
+            continue
+        if h in partner:
+            steps.append(LStep(_fused_type(halves[h], partner[h], sole), (h, partner[h])))
+        else:
+            steps.append(LStep(halves[h].kind.step_type, (h,)))
+    return replace(tb, steps=tuple(steps))
+
+
+def _may_fuse(a: Half, b: Half, send_places: list, program: Program) -> bool:
+    halves = program.halves
+    if any(p != a.id and halves[p].key >= a.key for p in program.preds[b.id]):
+        return False
+    # The send moves from its own place back to a's. A send placed in between carries an
+    # earlier message than b's and would then leave after it.
+    lo = bisect.bisect_right(send_places, a.key)
+    return send_places[lo] == b.key
+
+
+def _fused_type(receive: Half, send: int, sole: dict[int, int]) -> StepType:
+    if receive.kind is HalfKind.RECV:
+        return StepType.RECV_COPY_SEND
+    return StepType.RECV_REDUCE_SEND if sole.get(receive.id) == send else StepType.RECV_REDUCE_COPY_SEND
+
+
+@register_pass
+@dataclass(frozen=True)
+class FuseSteps(Pass):
+    name = "msccl-fuse"
+    summary = "fuse a receive with the send that forwards it (rcs, rrs, rrcs)"
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        program = _program(unit, self.name)
+        fused = fuse(program)
+        count = sum(1 for g in fused.gpus for tb in g.tbs for s in tb.steps if len(s.halves) == 2)
+        return replace(unit, lowered=fused).with_note(self.name, fused=count)
+
+
+def _program(unit: CompileUnit, name: str) -> Program:
+    if not isinstance(unit.lowered, Program):
+        raise CollcError(f"{name} needs the MSCCL lowered program; run msccl-threadblocks before it")
+    return unit.lowered

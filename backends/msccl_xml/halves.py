@@ -1,0 +1,193 @@
+"""Splitting a schedule into per-rank halves, and what each half must wait for.
+
+Every op becomes halves on the ranks that execute it (`program.Half`). With `instances`
+copies of the schedule, chunk slot i of the input and output buffers becomes slots
+i*instances .. i*instances+instances-1 (the executor's buffer layout fixes where each
+byte of a chunk lives, so instance j gets sub-slot j of every chunk) and scratch slot i
+of instance j becomes j*scratch+i. Sub-slots of one instance are not consecutive, so with
+more than one instance every op is split into one-chunk pieces.
+
+Dependencies are recomputed from slot accesses, not copied from the ops: a half must
+follow every earlier half of its rank that wrote a slot it touches and every earlier
+reader of a slot it writes. In a verified schedule each such pair is ordered by the
+dependency graph, so "earlier" in schedule order is the graph's order; and a dependency
+between ops on disjoint ranks (which MSCCL cannot express) is never needed for the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collc.backends.msccl_xml.channels import fusion_candidates
+from collc.backends.msccl_xml.inplace import aliased, in_place_ops
+from collc.backends.msccl_xml.model import BufferName
+from collc.backends.msccl_xml.program import (
+    PHASE_LOCAL, PHASE_RECV, PHASE_SEND, Half, HalfKey, HalfKind, Slot, inplace_offset, unified_buffer,
+)
+from collc.ir.collective import Collective
+from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
+
+
+@dataclass(frozen=True)
+class Halves:
+    halves: tuple[Half, ...]
+    preds: tuple[tuple[int, ...], ...]
+    sole_readers: dict[int, int]
+    # Per rank: (i_chunks, o_chunks, s_chunks) as the program names them.
+    buffers: tuple[tuple[int, int, int], ...]
+
+
+def buffer_sizes(schedule: Schedule, inplace: bool, instances: int) -> tuple[tuple[int, int, int], ...]:
+    coll = schedule.collective
+    sizes = []
+    for r in range(coll.ranks):
+        i, o, s = len(coll.inputs[r]), len(coll.outputs[r]), schedule.scratch_slots(r)
+        if inplace:
+            unified = max(inplace_offset(coll, r, Buffer.INPUT) + i, inplace_offset(coll, r, Buffer.OUTPUT) + o)
+            i, o = (unified, 0) if unified_buffer(coll.kind) is Buffer.INPUT else (0, unified)
+        sizes.append((i * instances, o * instances, s * instances))
+    return tuple(sizes)
+
+
+_XML_BUFFER = {b: BufferName(b.value) for b in Buffer}
+
+
+class _SlotMap:
+    """Physical slot of (rank, buffer, index) in instance j."""
+
+    def __init__(self, schedule: Schedule, instances: int):
+        self.instances = instances
+        self.scratch = [schedule.scratch_slots(r) for r in range(schedule.collective.ranks)]
+
+    def __call__(self, loc: Loc, instance: int) -> Slot:
+        k = self.instances
+        if loc.buffer is Buffer.SCRATCH:
+            index = instance * self.scratch[loc.rank] + loc.index
+        else:
+            index = loc.index * k + instance
+        return Slot(_XML_BUFFER[loc.buffer], index)
+
+
+def split_schedule(schedule: Schedule, inplace: bool = False, instances: int = 1) -> Halves:
+    ops = in_place_ops(schedule) if inplace else schedule.ops
+    slot = _SlotMap(schedule, instances)
+    halves: list[Half] = []
+    for pos, op in enumerate(ops):
+        pieces = [(0, op.count)] if instances == 1 else [(q, 1) for q in range(op.count)]
+        for piece, count in pieces:
+            for j in range(instances):
+                _add_halves(halves, op, pos, piece, count, j, slot)
+    preds, sole_readers = _slot_analysis(halves, _required_slots(schedule.collective, inplace, slot))
+    return Halves(_forwards_first(halves, preds), preds, sole_readers, buffer_sizes(schedule, inplace, instances))
+
+
+def _forwards_first(halves: list[Half], preds: tuple[tuple[int, ...], ...]) -> tuple[Half, ...]:
+    """Give both halves of every transfer its place among the messages of its step:
+    forwards first, in the order of what they forward (see `HalfKey`)."""
+    forwarded = {b: a for a, b in fusion_candidates(tuple(halves), preds)}  # send -> receive it forwards
+    by_step: dict[int, list[Half]] = {}
+    for h in halves:
+        if h.kind is HalfKind.SEND:
+            by_step.setdefault(h.key.step, []).append(h)
+    # A send half is followed by the receive half of its transfer (see _add_halves).
+    transfer_of_receive = {h.id + 1: h.id for hs in by_step.values() for h in hs}
+    order: dict[int, tuple[int, int]] = {}  # send half -> (fresh, origin)
+    rank: dict[int, int] = {}  # send half -> rank of its message among all messages
+    for step in sorted(by_step):
+        # What a forward forwards arrived at an earlier step, so its rank is known.
+        for h in by_step[step]:
+            a = forwarded.get(h.id)
+            order[h.id] = (1, -1) if a is None else (0, rank[transfer_of_receive[a]])
+        for h in sorted(by_step[step], key=lambda h: (order[h.id], h.key.position, h.key.piece, h.key.instance)):
+            rank[h.id] = len(rank)
+    out = []
+    for h in halves:
+        k = h.key
+        if h.is_local:
+            out.append(h)
+            continue
+        fresh, origin = order[h.id if h.kind is HalfKind.SEND else transfer_of_receive[h.id]]
+        out.append(h.placed(key=HalfKey(k.step, k.phase, fresh, origin, k.position, k.piece, k.instance)))
+    return tuple(out)
+
+
+def _add_halves(out: list[Half], op: Op, pos: int, piece: int, count: int, instance: int, slot: _SlotMap) -> None:
+    src = slot(op.src.shifted(piece), instance)
+    dst = slot(op.dst.shifted(piece), instance)
+
+    def key(phase: int) -> HalfKey:
+        return HalfKey(op.step, phase, 0, -1, pos, piece, instance)
+
+    if not op.is_transfer:
+        kind = HalfKind.COPY if op.kind is OpKind.COPY else HalfKind.REDUCE
+        out.append(Half(len(out), kind, op.src.rank, -1, src, dst, count, key(PHASE_LOCAL), op.id, instance))
+        return
+    a, b = op.src.rank, op.dst.rank
+    out.append(Half(len(out), HalfKind.SEND, a, b, src, dst, count, key(PHASE_SEND), op.id, instance))
+    kind = HalfKind.RECV if op.kind is OpKind.COPY else HalfKind.RECV_REDUCE
+    out.append(Half(len(out), kind, b, a, src, dst, count, key(PHASE_RECV), op.id, instance))
+
+
+def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[tuple[int, Slot]]:
+    """Physical slots whose final value the postcondition names."""
+    need = set()
+    for r, buf in enumerate(coll.outputs):
+        for j, want in enumerate(buf):
+            if want is None:
+                continue
+            loc = Loc(r, Buffer.OUTPUT, j)
+            if inplace:
+                loc = aliased(coll, loc)
+            for inst in range(slot.instances):
+                need.add((r, slot(loc, inst)))
+    return need
+
+
+def _slot_analysis(halves: list[Half], required: set[tuple[int, Slot]]
+                   ) -> tuple[tuple[tuple[int, ...], ...], dict[int, int]]:
+    """Per half, the earlier halves of its rank it conflicts with; and, for receive-reduce
+    halves whose stored sum only one later half reads (and nobody needs at the end), that
+    reader."""
+    writer: dict[tuple[int, Slot], int] = {}
+    readers: dict[tuple[int, Slot], list[int]] = {}
+    preds: list[list[int]] = [[] for _ in halves]
+    # For each (receive-reduce writer, slot): who read the value it wrote, and whether a
+    # later write made it dead.
+    uses: dict[int, list[tuple[list[int], bool, bool]]] = {}
+
+    def close(w: int, where: tuple[int, Slot], overwritten: bool) -> None:
+        if halves[w].kind is HalfKind.RECV_REDUCE:
+            uses.setdefault(w, []).append((readers.get(where, []), overwritten, where in required))
+
+    for h in halves:
+        mine = preds[h.id]
+        for s in h.reads():
+            where = (h.rank, s)
+            w = writer.get(where)
+            if w is not None and w != h.id and w not in mine:
+                mine.append(w)
+            readers.setdefault(where, []).append(h.id)
+        for s in h.writes():
+            where = (h.rank, s)
+            w = writer.get(where)
+            if w is not None and w != h.id and w not in mine:
+                mine.append(w)
+            for r in readers.get(where, ()):
+                if r != h.id and r not in mine:
+                    mine.append(r)
+            if w is not None:
+                close(w, where, overwritten=True)
+            writer[where] = h.id
+            readers[where] = []
+    for where, w in writer.items():
+        close(w, where, overwritten=False)
+
+    sole: dict[int, int] = {}
+    for w, per_slot in uses.items():
+        reader_sets = {tuple(r) for r, _, _ in per_slot}
+        if len(per_slot) != halves[w].count or len(reader_sets) != 1:
+            continue
+        (only,) = reader_sets
+        if len(only) == 1 and all(overwritten or not needed for _, overwritten, needed in per_slot):
+            sole[w] = only[0]
+    return tuple(tuple(p) for p in preds), sole

@@ -1,0 +1,43 @@
+"""The MSCCL XML lowering passes, registered by importing this module, and the pipeline
+that runs them.
+
+    msccl-merge                 one op per run of consecutive chunks (cnt <= 71)
+    msccl-threadblocks{...}     sends/receives, threadblocks, channels, in place, instances
+    msccl-fuse                  rcs / rrs / rrcs
+    msccl-deps                  step numbers, depid/deps/hasdep, nop steps
+    msccl-assemble{...}         the XmlAlgo: proto, minBytes/maxBytes
+    msccl-limits{...}           the executor's table sizes
+"""
+
+from __future__ import annotations
+
+from collc.backends import BackendOptions
+from collc.backends.msccl_xml import assemble, dependencies, fuse, limits, merge, threadblocks  # noqa: F401
+from collc.backends.msccl_xml.model import Protocol
+from collc.diagnostics import CollcError
+from collc.passes.base import CompileUnit, PassManager, parse_pipeline
+
+
+def lowering_pipeline(options: BackendOptions) -> str:
+    """Pipeline text for the backend options."""
+    try:
+        proto = Protocol(options.proto)
+    except ValueError:
+        raise CollcError(f"unknown MSCCL protocol '{options.proto}' (known: "
+                         f"{', '.join(p.value for p in Protocol)})") from None
+    lo, hi = options.size_range if options.size_range is not None else (0, 0)
+    channels = int(options.extra.get("channels", 0))
+    steps = options.max_steps_per_tb
+    return (f"msccl-merge,"
+            f"msccl-threadblocks{{instances={options.instances} inplace={'true' if options.inplace else 'false'} "
+            f"channels={channels} max_steps={steps}}},"
+            f"msccl-fuse,msccl-deps,"
+            f"msccl-assemble{{proto={proto.value} min_bytes={lo} max_bytes={hi}}},"
+            f"msccl-limits{{max_steps={steps}}}")
+
+
+def lower(unit: CompileUnit, options: BackendOptions) -> CompileUnit:
+    """Run the lowering pipeline; `unit.lowered` is then the XmlAlgo."""
+    if unit.schedule is None:
+        raise CollcError("the msccl-xml backend needs a schedule; the pipeline produced none")
+    return PassManager(parse_pipeline(lowering_pipeline(options))).run(unit)

@@ -1,0 +1,96 @@
+"""`msccl-merge`: one op per run of contiguous chunks, and no op larger than a step.
+
+An MSCCL step moves `cnt` consecutive chunks (cnt < 72). Ops of one schedule step that
+move consecutive chunks between the same two buffers of the same two ranks in the same
+way become one op: the step limit per threadblock is what runs out first on pipelined
+and synthesized schedules, and one step of cnt=k is also cheaper than k steps. Ops of
+one schedule step never depend on each other (a dependency points to an earlier step),
+so merging them keeps every dependency and every slot access; ops larger than
+`max_count` are split into pieces the same way. The result is a schedule again, which
+the pass manager re-verifies.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+from collc.diagnostics import CollcError
+from collc.ir.schedule import Op, Schedule
+from collc.passes.base import CompileUnit, Pass, register_pass
+
+MAX_COUNT = 71  # cnt must stay below MSCCL_MAX_COUNT = 72 (msccl_struct.h)
+
+
+def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
+    """The schedule with same-step contiguous ops merged and large ops split; the same
+    object when nothing changes."""
+    if not 1 <= max_count <= MAX_COUNT:
+        raise CollcError(f"msccl-merge: max_count={max_count} is out of range; an MSCCL step moves 1 to "
+                         f"{MAX_COUNT} chunks")
+    position = {op.id: i for i, op in enumerate(schedule.ops)}
+    groups: dict[tuple, list[Op]] = defaultdict(list)
+    for op in schedule.ops:
+        groups[(op.step, op.kind, op.src.rank, op.src.buffer, op.dst.rank, op.dst.buffer, op.route)].append(op)
+
+    runs: list[list[Op]] = []
+    for members in groups.values():
+        members.sort(key=lambda op: op.src.index)
+        start = len(runs)
+        for op in members:
+            run = runs[-1] if len(runs) > start else None
+            if run is not None and _continues(run[-1], op) and sum(o.count for o in run) + op.count <= max_count:
+                run.append(op)
+            else:
+                runs.append([op])
+    if all(len(run) == 1 and run[0].count <= max_count for run in runs):
+        return schedule
+
+    next_id = 1 + max(op.id for op in schedule.ops)
+    placed: list[tuple[int, int, int, Op]] = []  # (step, position, piece, op)
+    replacement: dict[int, tuple[int, ...]] = {}  # old op id -> the ops that now do its work
+    for run in runs:
+        first, total = run[0], sum(o.count for o in run)
+        pos = min(position[o.id] for o in run)
+        ids: list[int] = []
+        for piece, offset in enumerate(range(0, total, max_count)):
+            if piece == 0:
+                new_id = first.id
+            else:
+                new_id, next_id = next_id, next_id + 1
+            ids.append(new_id)
+            deps = tuple(sorted({d for o in run for d in o.deps}))
+            placed.append((first.step, pos, piece, replace(
+                first, id=new_id, src=first.src.shifted(offset), dst=first.dst.shifted(offset),
+                count=min(max_count, total - offset), deps=deps)))
+        for o in run:
+            replacement[o.id] = tuple(ids)
+    ops = []
+    for _, _, _, op in sorted(placed, key=lambda t: t[:3]):
+        deps: list[int] = []
+        for d in op.deps:
+            for x in replacement[d]:
+                if x not in deps:
+                    deps.append(x)
+        ops.append(replace(op, deps=tuple(deps)))
+    return replace(schedule, ops=tuple(ops))
+
+
+def _continues(prev: Op, op: Op) -> bool:
+    return (prev.src.index + prev.count == op.src.index and prev.dst.index + prev.count == op.dst.index)
+
+
+@register_pass
+@dataclass(frozen=True)
+class MergeOps(Pass):
+    name = "msccl-merge"
+    summary = "merge same-step ops on consecutive chunks into one op (and split ops larger than an MSCCL step)"
+    max_count: int = MAX_COUNT
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        if unit.schedule is None:
+            raise CollcError("msccl-merge: there is no schedule to lower (run a pass that makes one first)")
+        merged = merge_ops(unit.schedule, self.max_count)
+        if merged is unit.schedule:
+            return unit.with_note(self.name, merged=0)
+        return replace(unit, schedule=merged).with_note(self.name, merged=len(unit.schedule.ops) - len(merged.ops))

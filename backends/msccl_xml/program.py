@@ -1,0 +1,293 @@
+"""The lowered program: a schedule on its way to MSCCL XML.
+
+`msccl-threadblocks` turns every op of a schedule into *halves*: a transfer op becomes a
+send on its source rank and a receive on its destination rank, a local op one local
+half. Halves are placed in threadblocks (one send peer, one receive peer, one channel
+each); `msccl-fuse` merges a receive with the send that forwards its data into one step;
+`msccl-deps` orders and numbers the steps and turns the data dependencies between
+threadblocks into `depid`/`deps` (with `nop` steps where a step waits on more than one
+threadblock); `msccl-assemble` writes the result as an `XmlAlgo`.
+
+Every half has a *key* that fixes its place in time: (schedule step, phase, then a
+tiebreak: forwarded or fresh, what it forwards, position of its op in the schedule,
+piece, instance). Within one schedule step the sends
+of a rank come before its receives (phase 0 and 1); the rest of the key is the same at
+both ends of a transfer, so
+ordering every threadblock by key keeps each connection's messages in the same order at
+the sender and the receiver and never waits on something later (the argument is in
+`dependencies.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache, wraps
+from typing import Callable, NamedTuple
+
+from collc.backends.msccl_xml.model import BufferName, StepType
+from collc.diagnostics import CollcError
+from collc.ir.collective import Collective, CollectiveKind, standard
+from collc.ir.schedule import Buffer
+
+
+class HalfKind(str, Enum):
+    SEND = "send"
+    RECV = "recv"
+    RECV_REDUCE = "recv-reduce"  # receive and add into the destination
+    COPY = "copy"  # local
+    REDUCE = "reduce"  # local: dst += src
+
+    @property
+    def receives(self) -> bool:
+        return self in (HalfKind.RECV, HalfKind.RECV_REDUCE)
+
+    @property
+    def step_type(self) -> StepType:
+        return _STEP_OF_HALF[self]
+
+
+_STEP_OF_HALF = {
+    HalfKind.SEND: StepType.SEND,
+    HalfKind.RECV: StepType.RECV,
+    HalfKind.RECV_REDUCE: StepType.RECV_REDUCE_COPY,
+    HalfKind.COPY: StepType.COPY,
+    HalfKind.REDUCE: StepType.REDUCE,
+}
+
+# Phases of a schedule step: a rank's sends, then its receives, then its local ops.
+PHASE_SEND, PHASE_RECV, PHASE_LOCAL = 0, 1, 2
+
+
+class Slot(NamedTuple):
+    """The first of `count` consecutive chunk slots of one buffer (on some rank)."""
+
+    buffer: BufferName
+    index: int
+
+
+class HalfKey(NamedTuple):
+    step: int
+    phase: int
+    # Within a schedule step a connection carries forwarded chunks first (fresh 0), in the
+    # order their sender received them (origin: the rank of that message among all
+    # messages), then chunks that were already there (fresh 1, origin -1). Forwards thus
+    # leave in the order they arrived, so each can fuse with its receive (see fuse.py).
+    # Local ops: 0, -1.
+    fresh: int
+    origin: int
+    position: int  # of the op in the schedule
+    piece: int  # which slot of a split op
+    instance: int
+
+    @property
+    def message(self) -> tuple[int, int, int, int, int, int]:
+        """The key both ends of a transfer share."""
+        return (self.step, self.fresh, self.origin, self.position, self.piece, self.instance)
+
+
+@dataclass(frozen=True)
+class Half:
+    id: int
+    kind: HalfKind
+    rank: int
+    peer: int  # the other rank of a transfer; -1 for a local op
+    src: Slot  # on `peer` for a receive
+    dst: Slot  # on `peer` for a send
+    count: int
+    key: HalfKey
+    op: int  # id of the schedule op it comes from
+    instance: int = 0
+    channel: int = 0
+
+    @property
+    def is_local(self) -> bool:
+        return self.peer < 0
+
+    def placed(self, key: HalfKey | None = None, channel: int | None = None) -> "Half":
+        """A copy with a new key or channel (dataclasses.replace is slow at this count)."""
+        return Half(self.id, self.kind, self.rank, self.peer, self.src, self.dst, self.count,
+                    self.key if key is None else key, self.op, self.instance,
+                    self.channel if channel is None else channel)
+
+    def reads(self) -> list[Slot]:
+        """Slots of its own rank this half reads."""
+        if self.kind is HalfKind.SEND or self.kind is HalfKind.COPY:
+            return _range(self.src, self.count)
+        if self.kind is HalfKind.REDUCE:
+            return _range(self.src, self.count) + _range(self.dst, self.count)
+        if self.kind is HalfKind.RECV_REDUCE:
+            return _range(self.dst, self.count)
+        return []
+
+    def writes(self) -> list[Slot]:
+        if self.kind is HalfKind.SEND:
+            return []
+        return _range(self.dst, self.count)
+
+
+def _range(slot: Slot, count: int) -> list[Slot]:
+    return [Slot(slot.buffer, slot.index + k) for k in range(count)]
+
+
+@dataclass(frozen=True)
+class LStep:
+    """A step of a threadblock: one half, a receive fused with a send (receive first),
+    or a `nop` (no halves) that only waits."""
+
+    type: StepType
+    halves: tuple[int, ...]
+    # Set by msccl-deps: the (threadblock id, step s) this step waits for, and whether
+    # another threadblock waits for this step.
+    wait: tuple[int, int] | None = None
+    hasdep: bool = False
+
+
+@dataclass(frozen=True)
+class LThreadblock:
+    id: int
+    send: int
+    recv: int
+    chan: int
+    steps: tuple[LStep, ...]
+
+
+@dataclass(frozen=True)
+class LGpu:
+    rank: int
+    i_chunks: int
+    o_chunks: int
+    s_chunks: int
+    tbs: tuple[LThreadblock, ...]
+
+
+class Stage(str, Enum):
+    ASSIGNED = "assigned"  # threadblocks and channels chosen, one half per step
+    FUSED = "fused"
+    ORDERED = "ordered"  # steps numbered, dependencies and nops in place
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    collective: Collective
+    coll: str  # the executor's token
+    ngpus: int
+    nchunksperloop: int
+    inplace: bool
+    instances: int
+    halves: tuple[Half, ...]
+    # Per half: halves of the same rank that must finish before it (conflicting accesses
+    # to a slot, in schedule order).
+    preds: tuple[tuple[int, ...], ...]
+    # Receive-reduce half -> the only half that reads the sum it stores, where nothing
+    # else ever needs that sum (so the pair can become `rrs`, which does not store it).
+    sole_readers: tuple[tuple[int, int], ...]
+    gpus: tuple[LGpu, ...]
+    stage: Stage = Stage.ASSIGNED
+
+    @property
+    def nchannels(self) -> int:
+        return 1 + max((tb.chan for g in self.gpus for tb in g.tbs), default=0)
+
+
+def remember_last(fn: Callable[[Program], Program]) -> Callable[[Program], Program]:
+    """Keep the result of the last call, keyed by the argument's identity.
+
+    msccl-threadblocks runs fusion and ordering to measure the threadblocks it chose; the
+    passes that follow then get the same program object and need not redo the work."""
+    last: list = [None, None]
+
+    @wraps(fn)
+    def wrapper(program: Program) -> Program:
+        if last[0] is not program:
+            last[1] = fn(program)
+            last[0] = program
+        return last[1]
+
+    return wrapper
+
+
+# --- what the executor calls the collective ------------------------------------------------
+
+# The `coll` tokens of the current executor (msccl_parser.cc) for collc's collectives.
+COLL_TOKENS = {
+    CollectiveKind.ALLGATHER: "allgather",
+    CollectiveKind.REDUCESCATTER: "reducescatter",
+    CollectiveKind.ALLREDUCE: "allreduce",
+    CollectiveKind.ALLTOALL: "alltoall",
+    CollectiveKind.BROADCAST: "broadcast",
+    CollectiveKind.REDUCE: "reduce",
+    CollectiveKind.GATHER: "gather",
+    CollectiveKind.SCATTER: "scatter",
+}
+ROOTED = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER, CollectiveKind.SCATTER)
+
+
+def coll_token(collective: Collective) -> str:
+    """The executor's name for the collective; an error for one it cannot run.
+
+    The executor derives buffer sizes and in-place aliasing from `coll`, so the
+    collective must have exactly the standard layout its label claims."""
+    token = COLL_TOKENS.get(collective.kind)
+    if token is None:
+        raise CollcError(
+            f"collective '{collective.name}' is a custom collective; the MSCCL executor runs only "
+            f"{', '.join(COLL_TOKENS.values())} (use the json or cupy backend for it)")
+    root = collective.root if collective.root is not None else 0
+    expected = _standard(collective.kind, collective.ranks, collective.chunks, root)
+    if expected.inputs != collective.inputs or expected.outputs != collective.outputs:
+        raise CollcError(
+            f"collective '{collective.name}' is labelled {token} but its buffers differ from the standard "
+            f"{token} of {collective.ranks} ranks and {collective.chunks} chunks per rank; the MSCCL executor "
+            "lays buffers out by the label, so it would compute something else")
+    return token
+
+
+@lru_cache(maxsize=8)
+def _standard(kind: CollectiveKind, ranks: int, chunks: int, root: int) -> Collective:
+    # Building an AllReduce of n ranks makes n^3 chunk symbols; a library compiles one
+    # collective for many sizes, so build it once.
+    return standard(kind, ranks, chunks, root)
+
+
+def base_chunks_per_loop(collective: Collective) -> int:
+    """Slots in the buffer the executor divides into `nchunksperloop` chunks: it splits
+    `count x sizeMultiplier` elements (sizeMultiplier is ngpus for AllGather,
+    ReduceScatter and AllToAll, 1 otherwise)."""
+    kind = collective.kind
+    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST,
+                CollectiveKind.SCATTER):
+        return collective.out_chunks
+    return collective.in_chunks
+
+
+def executor_bytes(collective: Collective, size_bytes: int) -> int:
+    """The message size the executor compares with minBytes/maxBytes (count x type size x
+    sizeMultiplier) for a compile size `size_bytes` (bytes of each rank's output buffer)."""
+    return size_bytes * base_chunks_per_loop(collective) // max(1, collective.out_chunks)
+
+
+# --- in-place aliasing ---------------------------------------------------------------------
+
+def unified_buffer(kind: CollectiveKind) -> Buffer:
+    """The one buffer an in-place program names for both input and output.
+
+    The executor's in-place test (mscclSchedulerSelectAlgo): for AllGather and Gather the
+    input is the output window at rank x input size; for ReduceScatter and Scatter the
+    output is the input window at rank x output size; otherwise the two are the same."""
+    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.GATHER):
+        return Buffer.OUTPUT
+    return Buffer.INPUT
+
+
+def inplace_offset(collective: Collective, rank: int, buffer: Buffer) -> int:
+    """Where slot 0 of `buffer` of `rank` sits in the unified buffer."""
+    kind = collective.kind
+    if buffer is Buffer.SCRATCH or buffer is unified_buffer(kind):
+        return 0
+    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.GATHER):
+        return rank * len(collective.inputs[rank])
+    if kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.SCATTER):
+        return rank * len(collective.outputs[rank])
+    return 0

@@ -1,0 +1,101 @@
+"""`msccl-threadblocks`: from a schedule to halves placed in threadblocks and channels.
+
+Runs first among the MSCCL lowering passes (after `msccl-merge`): checks that the executor
+can run the collective at all, maps buffers for in-place runs, copies the schedule for
+`instances`, splits ops into halves (`halves.py`) and places them (`channels.py`). Each
+threadblock's steps are one half each, in key order; `msccl-fuse` fuses them next. The
+number of channels is chosen by trying the following passes: a placement is kept when
+the fused threadblocks, nop steps included, fit `max_steps`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL, channel_counts, check_counts, plan_threadblocks
+from collc.backends.msccl_xml.dependencies import order_steps
+from collc.backends.msccl_xml.fuse import fuse
+from collc.backends.msccl_xml.halves import split_schedule
+from collc.backends.msccl_xml.program import (
+    LGpu, Program, Stage, base_chunks_per_loop, coll_token,
+)
+from collc.diagnostics import CollcError
+from collc.ir.schedule import Schedule
+from collc.passes.base import CompileUnit, Pass, register_pass
+
+DEFAULT_MAX_STEPS = 64  # MSCCL_MAX_NUM_STEPS of the current executor
+
+
+def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool = False, channels: int = 0,
+                        max_steps: int = DEFAULT_MAX_STEPS) -> Program:
+    """The schedule as halves in threadblocks, on `channels` channels per instance (0: the
+    fewest with which every threadblock, once fused and with its nop steps, keeps within
+    `max_steps`)."""
+    coll = schedule.collective
+    token = coll_token(coll)
+    if max_steps < 1:
+        raise CollcError(f"msccl-threadblocks: max_steps={max_steps}; a threadblock needs room for at least one step")
+    check_counts(instances, channels)
+    split = split_schedule(schedule, inplace=inplace, instances=instances)
+    tries = channel_counts(split.halves, instances, channels, max_steps)
+    best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
+    for c in tries:
+        plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps)
+        if plan is None:
+            continue
+        if plan.least_steps > max_steps:
+            if best is None or plan.least_steps < best[0]:
+                best = (plan.least_steps, plan.longest)
+            continue
+        halves = tuple(h.placed(channel=plan.channel_of.get(h.id, 0)) for h in split.halves)
+        program = Program(
+            name=schedule.name, collective=coll, coll=token, ngpus=coll.ranks,
+            nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
+            halves=halves, preds=split.preds, sole_readers=tuple(sorted(split.sole_readers.items())),
+            gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED)
+        # Fusing and dependencies decide the final length of each threadblock; both are
+        # deterministic, so the passes that follow reproduce exactly what is measured here.
+        steps, where = _longest(order_steps(fuse(program)))
+        if steps <= max_steps:
+            return program
+        if best is None or steps < best[0]:
+            best = (steps, where)
+    if best is None:
+        raise CollcError(f"msccl-threadblocks: no placement keeps at most {MAX_TBS_PER_CHANNEL} threadblocks per "
+                         f"channel on every GPU with up to {tries[-1]} channel(s) per instance; use fewer "
+                         "instances or more channels")
+    steps, where = best
+    if channels:
+        raise CollcError(f"msccl-threadblocks: with channels={channels}, {where} gets {steps} steps, more than "
+                         f"max_steps={max_steps}; let collc choose the channels (channels=0), or raise max_steps "
+                         "if the runtime allows more (the current MSCCL executor runs 64 per threadblock, the "
+                         "older runtime 256)")
+    raise CollcError(f"msccl-threadblocks: even over {tries[-1]} channels {where} gets {steps} steps, more than "
+                     f"max_steps={max_steps}; raise max_steps if the runtime allows more (the older MSCCL runtime "
+                     "runs 256), or use fewer chunks per rank or fewer instances")
+
+
+def _longest(program: Program) -> tuple[int, str]:
+    steps, g, tb = max(((len(tb.steps), g.rank, tb) for g in program.gpus for tb in g.tbs), key=lambda t: t[:2])
+    return steps, f"GPU {g}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})"
+
+
+@register_pass
+@dataclass(frozen=True)
+class AssignThreadblocks(Pass):
+    name = "msccl-threadblocks"
+    summary = ("split ops into sends and receives and place them in MSCCL threadblocks and channels "
+               "(in place, instances)")
+    instances: int = 1
+    inplace: bool = False
+    channels: int = 0  # per instance; 0: the fewest that fit max_steps
+    max_steps: int = DEFAULT_MAX_STEPS
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        if unit.schedule is None:
+            raise CollcError("msccl-threadblocks: there is no schedule to lower (run a pass that makes one first)")
+        program = assign_threadblocks(unit.schedule, instances=self.instances, inplace=self.inplace,
+                                      channels=self.channels, max_steps=self.max_steps)
+        tbs = sum(len(g.tbs) for g in program.gpus)
+        return replace(unit, lowered=program).with_note(self.name, threadblocks=tbs, channels=program.nchannels,
+                                                        halves=len(program.halves))
