@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from collc.diagnostics import CollcError, ScheduleError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import Evaluator, NotAValue, Scope, as_int, RankRangeError
-from collc.frontend.rings import find_ring
+from collc.frontend.rings import find_ring, find_tree
 from collc.frontend.runner import BodyRunner, bind_args, called_from, instance_name, params_scope
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
@@ -101,6 +101,13 @@ def instantiate(entry: "Entry", topology: Topology, collective: Collective,
                 else NotAValue(f"collective {collective.name} has no root"), None)
     ring = find_ring(topology) if _mentions(defn.body, "ring") else None
     base.define("ring", ring if ring is not None else NotAValue("ring is not computed here"), None)
+    tree = None
+    if _mentions(defn.body, "tree_order") or _mentions(defn.body, "tree_parent"):
+        if collective.root is None:
+            raise CollcError(f"tree_order and tree_parent need a root, and {collective.name} has none", call_span)
+        tree = find_tree(topology, collective.root)
+    base.define("tree_order", tree[0] if tree else NotAValue("tree_order is not computed here"), None)
+    base.define("tree_parent", tree[1] if tree else NotAValue("tree_parent is not computed here"), None)
     bound = bind_args(defn, args, call_span, base, ev)
     program = _Program(collective)
     scope = params_scope(base, defn, bound)
@@ -110,6 +117,8 @@ def instantiate(entry: "Entry", topology: Topology, collective: Collective,
     meta: dict[str, Any] = {"source": "algorithm", "algorithm": defn.name, "module": entry.where}
     if ring is not None:
         meta["ring"] = list(ring)
+    if tree is not None:
+        meta["tree_parent"] = list(tree[1])
     schedule = Schedule(instance_name(defn, bound), collective, topology.name, tuple(program.ops), scratch, meta)
     _verify(schedule, topology, defn)
     return schedule

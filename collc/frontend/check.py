@@ -36,7 +36,7 @@ _HOME = {t: kind for kind, types in _OWN_STATEMENTS.items() for t in types}
 BUILTIN_NAMES: dict[str, tuple[str, ...]] = {
     TOPOLOGY: (),
     COLLECTIVE: ("ranks",),
-    ALGORITHM: ("ranks", "chunks", "root", "ring"),
+    ALGORITHM: ("ranks", "chunks", "root", "ring", "tree_order", "tree_parent"),
 }
 
 

@@ -143,3 +143,44 @@ def _viable(current: int, start: int, remaining: set[int], in_adj: dict[int, set
                     nxt.append(w)
         frontier = nxt
     return len(seen) == len(remaining) + 1
+
+
+# Children a tree node takes before others are allowed more: NCCL's trees are binary.
+TREE_FANOUT = 2
+
+
+@lru_cache(maxsize=64)
+def find_tree(topology: Topology, root: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A spanning tree of the GPUs rooted at `root` whose edges are neighbour pairs (so
+    every tree edge is a real path): (order, parent). `order` lists ranks root first,
+    each after its parent; `parent[r]` is r's parent (-1 for the root).
+
+    Built breadth first so the tree is shallow: each node, in the order it joined,
+    adopts up to TREE_FANOUT unreached neighbours, fastest first (then lowest rank).
+    GPUs that a binary tree cannot reach this way (few neighbours) are adopted by the
+    shallowest reached neighbour, whatever its fan-out."""
+    n = topology.num_ranks
+    neighbours = gpu_neighbours(topology)
+    parent = [-1] * n
+    depth = {root: 0}
+    order = [root]
+    head = 0
+    while len(order) < n:
+        if head < len(order):
+            node = order[head]
+            head += 1
+            ranked = sorted(neighbours[node].items(), key=lambda kv: (-kv[1], kv[0]))
+            for child, _ in [kv for kv in ranked if kv[0] not in depth][:TREE_FANOUT]:
+                parent[child], depth[child] = node, depth[node] + 1
+                order.append(child)
+            continue
+        # Every reached node has its fan-out: let the shallowest one with an unreached
+        # neighbour take it.
+        candidates = [(depth[a], -w, b, a) for a in order for b, w in neighbours[a].items() if b not in depth]
+        if not candidates:
+            break  # the rest cannot be reached; the collective's reachability check reports it
+        _, _, child, node = min(candidates)
+        parent[child], depth[child] = node, depth[node] + 1
+        order.append(child)
+        head = order.index(child)
+    return tuple(order), tuple(parent)

@@ -1,6 +1,7 @@
 """The `ring` builtin: a Hamiltonian cycle over fast hops, as NCCL searches rings."""
 
 from __future__ import annotations
+import pytest
 
 from collc.frontend import find_ring, resolve_topology
 from collc.frontend.rings import gpu_neighbours, ring_speed
@@ -70,3 +71,34 @@ def test_ring_is_deterministic():
     find_ring.cache_clear()
     b = find_ring(resolve_topology("torus2d(x=4, y=4)"))
     assert a == b and _is_cycle(a, 16)
+
+
+@pytest.mark.parametrize("spec,root", [("dgx1", 0), ("dgx1", 5), ("ring(8)", 3), ("ndv2(chassis=2)", 0),
+                                       ("dgx_h100(nodes=2)", 9), ("torus2d(x=3, y=3)", 4)])
+def test_tree_edges_are_paths_and_parents_come_first(spec, root):
+    from collc.frontend import resolve_topology
+    from collc.frontend.rings import find_tree, gpu_neighbours
+
+    topo = resolve_topology(spec)
+    order, parent = find_tree(topo, root)
+    assert sorted(order) == list(range(topo.num_ranks)) and order[0] == root and parent[root] == -1
+    seen = {root}
+    neighbours = gpu_neighbours(topo)
+    for r in order[1:]:
+        assert parent[r] in seen, "a parent joins the tree before its children"
+        assert r in neighbours[parent[r]], "every tree edge is a link or a path through switches"
+        seen.add(r)
+    fanout = max(sum(1 for p in parent if p == r) for r in range(topo.num_ranks))
+    assert fanout <= 3
+
+
+def test_tree_on_a_ring_is_shallow():
+    from collc.frontend import resolve_topology
+    from collc.frontend.rings import find_tree
+
+    order, parent = find_tree(resolve_topology("ring(8)"), 0)
+
+    def depth(r):
+        return 0 if parent[r] == -1 else 1 + depth(parent[r])
+
+    assert max(depth(r) for r in range(8)) == 4  # both directions around the ring
