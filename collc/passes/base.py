@@ -111,7 +111,7 @@ def load_plugins() -> None:
 
 # Modules whose import registers collc's own passes. Backends add their lowering passes
 # here by name so that the front end and passes never import a backend.
-BUILTIN_PASS_MODULES: list[str] = ["collc.passes.verify_pass"]
+BUILTIN_PASS_MODULES: list[str] = ["collc.passes.verify_pass", "collc.passes.synthesize"]
 
 
 def registered_passes() -> dict[str, type[Pass]]:

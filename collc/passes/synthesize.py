@@ -1,0 +1,47 @@
+"""`synthesize`: a schedule for the unit's collective on its topology, by TE-CCL-style
+optimization on HiGHS (see collc.synthesis)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from collc.diagnostics import CollcError
+from collc.passes.base import CompileUnit, Pass, PipelineError, register_pass
+from collc.synthesis.core import Method, SynthesisOptions, synthesize
+
+
+@register_pass
+@dataclass(frozen=True)
+class Synthesize(Pass):
+    name = "synthesize"
+    summary = "synthesize a schedule with HiGHS (methods: auto, milp, lp, rounds, steady, greedy)"
+    method: str = "auto"
+    chunks: int = 0  # chunks per rank; 0: choose
+    time_limit: float = 60.0  # seconds for the whole pass
+    mip_gap: float = 0.0
+    threads: int = 0  # 0: HiGHS's default
+    seed: int = 0
+    epochs: int = 0  # 0: search from the lower bound
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        known = [m.value for m in Method]
+        if self.method not in known:
+            raise PipelineError(f"pass 'synthesize' has no method '{self.method}' (methods: {', '.join(known)})")
+        if self.chunks < 0 or self.epochs < 0 or self.threads < 0:
+            raise PipelineError("pass 'synthesize': chunks, epochs and threads must not be negative")
+        if self.time_limit <= 0:
+            raise PipelineError(f"pass 'synthesize': time_limit must be positive (got {self.time_limit})")
+        if not 0 <= self.mip_gap < 1:
+            raise PipelineError(f"pass 'synthesize': mip_gap must be in [0, 1) (got {self.mip_gap})")
+
+    def options_for_synthesis(self) -> SynthesisOptions:
+        return SynthesisOptions(method=Method(self.method), chunks=self.chunks, time_limit=self.time_limit,
+                                mip_gap=self.mip_gap, threads=self.threads, seed=self.seed, epochs=self.epochs,
+                                progress=self.progress)
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        if unit.collective is None or unit.topology is None:
+            raise CollcError("pass 'synthesize' needs a topology and a collective")
+        result = synthesize(unit.topology, unit.collective, unit.size_bytes, self.options_for_synthesis())
+        return replace(unit, schedule=result.schedule).with_note(self.name, **result.note())

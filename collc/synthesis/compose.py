@@ -1,0 +1,174 @@
+"""Collectives with reductions, composed from copy-only ones.
+
+- ReduceScatter is AllGather run backwards: every transfer of an AllGather schedule,
+  reversed in direction and in time, becomes a reduction of a partial sum into the
+  rank that had sent the chunk; the copies of a multicast become several partial sums
+  arriving at one rank. The AllGather is synthesized on the reversed topology (every
+  link turned around), so that the reversed schedule runs over real links even where
+  links are one-way.
+- Reduce is Broadcast run backwards, the same way.
+- AllReduce is ReduceScatter followed by AllGather; chunk j's AllGather tree starts
+  where its reduction finished, as soon as it finished.
+
+Partial sums collect in an accumulator per rank and chunk: the output slot where the
+rank must end with the result, else (ReduceScatter, Reduce) a scratch slot. A rank
+that only contributes sends straight from its input. Reductions into one accumulator
+are chained by dependencies, so no two race.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from collc.diagnostics import CollcError
+from collc.ir.collective import Collective, CollectiveKind, allgather, broadcast, standard
+from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
+from collc.ir.topology import Topology
+from collc.synthesis.core import Candidate, Result, SynthesisOptions
+from collc.synthesis.extract import OpList, arrival_trees, copy_ops
+from collc.synthesis.network import Network, reversed_topology
+from collc.synthesis.plan import Plan, Status
+from collc.synthesis.progress import Progress
+from collc.synthesis.solver import Deadline
+from collc.synthesis.timing import sequence
+
+REDUCTION_KINDS = (CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE)
+
+
+def reduction_kind(collective: Collective) -> CollectiveKind:
+    kind = collective.kind
+    root = collective.root if collective.root is not None else 0
+    if kind in REDUCTION_KINDS:
+        canon = standard(kind, collective.ranks, collective.chunks, root)
+        if canon.inputs == collective.inputs and canon.outputs == collective.outputs:
+            return kind
+    raise CollcError(
+        f"cannot synthesize '{collective.name}': of the collectives that reduce, synthesis supports "
+        "ReduceScatter, AllReduce and Reduce in their standard form; write other reductions as an algorithm")
+
+
+def symmetric(topology: Topology) -> bool:
+    links = {(l.src, l.dst, l.bandwidth, l.latency, l.multiplicity) for l in topology.links}
+    return all((b, a, bw, lat, m) in links for a, b, bw, lat, m in links)
+
+
+def synthesize_with_reductions(topology: Topology, collective: Collective, size_bytes: int,
+                               options: SynthesisOptions, deadline: Deadline, progress: Progress) -> Result:
+    from collc.synthesis.auto import choose
+    from collc.synthesis.core import to_result
+
+    kind = reduction_kind(collective)
+    ranks, c0 = collective.ranks, collective.chunks
+    root = collective.root if collective.root is not None else 0
+    base = broadcast(ranks, c0, root) if kind is CollectiveKind.REDUCE else allgather(ranks, c0)
+    base = replace(base, name=collective.name)
+    forward = Network(topology)
+    mirror = symmetric(topology)
+    backward = forward if mirror else Network(reversed_topology(topology))
+    share = Deadline(deadline.remaining() / 2) if kind is CollectiveKind.ALLREDUCE and not mirror else deadline
+    progress.stage(f"{collective.kind.value}: synthesizing the {base.kind.value} it reverses")
+    up = choose(backward, base, size_bytes, options, share, progress)
+    chunks = up.plan.problem.collective.chunks
+    fine = standard(kind, ranks, chunks, root)
+    fine = replace(fine, name=collective.name, root=collective.root)
+    ops, scratch, last_write = _reduction_ops(up.plan, kind, forward)
+    plans = [up.plan]
+    if kind is CollectiveKind.ALLREDUCE:
+        if mirror:
+            down_plan = up.plan
+        else:
+            progress.stage("allreduce: synthesizing the allgather half")
+            inner = replace(options, chunks=chunks)
+            down_plan = choose(forward, base, size_bytes, inner, deadline, progress).plan
+            plans.append(down_plan)
+        more, extra = _gather_ops(down_plan, chunks, last_write, len(ops), 1 + max(op.step for op in ops))
+        ops += more
+        scratch = tuple(a + b for a, b in zip(scratch, extra)) if extra else scratch
+    timeline = sequence(ops, forward, fine.slot_bytes(size_bytes), options.timing)
+    scratch = scratch if any(scratch) else ()
+    status = _combined_status(plans)
+    plan = Plan(up.plan.problem, up.plan.transfers, up.plan.method, status, up.plan.epochs, up.plan.stats,
+                {**up.plan.facts, "composed_from": base.kind.value})
+    sched_plan = replace(plan, problem=replace(plan.problem, collective=fine))
+    cand = Candidate(sched_plan, OpList(timeline.ops, scratch), timeline.seconds, chunks)
+    return to_result(cand, collective, topology, deadline)
+
+
+def _combined_status(plans: list[Plan]) -> Status:
+    if any(p.status is Status.TIME_LIMIT for p in plans):
+        return Status.TIME_LIMIT
+    if all(p.status is Status.OPTIMAL for p in plans):
+        return Status.OPTIMAL
+    return Status.FEASIBLE
+
+
+def _reduction_ops(plan: Plan, kind: CollectiveKind, network: Network
+                   ) -> tuple[list[Op], tuple[int, ...], dict[int, int]]:
+    """Reductions that run the copy plan backwards. Returns the ops, scratch slots per
+    rank, and per result index the op that completes it at its root."""
+    problem = plan.problem
+    coll = problem.collective
+    chunks = coll.chunks
+    ranks = problem.ranks
+    trees = arrival_trees(plan)
+    horizon = 1 + max((e.step for tree in trees for e in tree), default=0)
+    scratch = [0] * ranks
+    ops: list[Op] = []
+    chain: dict[tuple[int, int], int] = {}  # (rank, index) -> last op that wrote its accumulator
+    acc: dict[tuple[int, int], Loc] = {}
+    edges: list[tuple[int, int, int, int, tuple[str, ...]]] = []  # (reversed step, index, child, parent, route)
+    root_of: dict[int, int] = {}
+    for k, com in enumerate(problem.commodities):
+        owner, i = com.chunk
+        index = i if kind is CollectiveKind.REDUCE else owner * chunks + i
+        root_of[index] = owner
+        parents = {e.src for e in trees[k]}
+        for v in sorted(parents):
+            if v == owner:
+                out = i if kind is CollectiveKind.REDUCESCATTER else index
+                acc[(v, index)] = Loc(v, Buffer.OUTPUT, out)
+            elif kind is CollectiveKind.ALLREDUCE:
+                acc[(v, index)] = Loc(v, Buffer.OUTPUT, index)
+            else:
+                acc[(v, index)] = Loc(v, Buffer.SCRATCH, scratch[v])
+                scratch[v] += 1
+        if owner not in parents:  # the root has no children: nothing to gather but its own part
+            out = i if kind is CollectiveKind.REDUCESCATTER else index
+            acc[(owner, index)] = Loc(owner, Buffer.OUTPUT, out)
+        for e in trees[k]:
+            nodes = tuple(reversed(plan.problem.network.routes[e.route].nodes))
+            edges.append((horizon - e.step, index, e.dst, e.src, nodes))
+    for (v, index), loc in sorted(acc.items()):
+        ops.append(Op(len(ops), OpKind.COPY, Loc(v, Buffer.INPUT, index), loc, step=0))
+        chain[(v, index)] = ops[-1].id
+    for step, index, child, parent, route in sorted(edges):
+        src = acc.get((child, index), Loc(child, Buffer.INPUT, index))
+        deps = {chain[(parent, index)]}
+        if (child, index) in chain:
+            deps.add(chain[(child, index)])
+        ops.append(Op(len(ops), OpKind.REDUCE, src, acc[(parent, index)], deps=tuple(sorted(deps)), step=step,
+                      route=route))
+        chain[(parent, index)] = ops[-1].id
+    done = {index: chain[(owner, index)] for index, owner in root_of.items()}
+    return ops, tuple(scratch), done
+
+
+def _gather_ops(plan: Plan, chunks: int, ready: dict[int, int], first_id: int, after: int) -> tuple[list[Op], tuple[int, ...]]:
+    """The AllGather half of an AllReduce: chunk j leaves its root's output slot j (where
+    its reduction ended) once that reduction is complete. Its order keys come after
+    `after`, the reductions' last."""
+    base = copy_ops(plan)
+    out: list[Op] = []
+    renumber: dict[int, int] = {}
+    for op in base.ops:
+        src, deps = op.src, tuple(renumber[d] for d in op.deps)
+        if src.buffer is Buffer.INPUT:
+            index = src.rank * chunks + src.index
+            if op.dst == Loc(src.rank, Buffer.OUTPUT, index):
+                continue  # the root's own slot already holds the reduced chunk
+            src = Loc(src.rank, Buffer.OUTPUT, index)
+            deps = deps + (ready[index],)
+        new = replace(op, id=first_id + len(out), src=src, deps=tuple(sorted(set(deps))), step=op.step + after)
+        renumber[op.id] = new.id
+        out.append(new)
+    return out, base.scratch

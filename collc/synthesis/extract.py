@@ -1,0 +1,105 @@
+"""Plans to schedules for collectives without reductions.
+
+Each rank keeps a chunk in one place: its input slot if it starts with it, else its
+first output slot for that chunk if it needs it, else a scratch slot. A transfer copies
+from the sender's place to the receiver's and depends on the op that filled the
+sender's place; extra output slots (and a rank's own chunk) are filled by local copies.
+A rank that would receive a chunk twice keeps the first arrival only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collc.diagnostics import SolverError
+from collc.ir.schedule import Buffer, Loc, Op, OpKind
+from collc.synthesis.plan import Plan
+
+
+@dataclass
+class _Held:
+    loc: Loc
+    op: int | None  # the op that put it there (None: it was there from the start)
+    step: int  # the step of that op (-1: from the start)
+
+
+@dataclass(frozen=True)
+class OpList:
+    ops: tuple[Op, ...]
+    scratch: tuple[int, ...]
+
+
+def copy_ops(plan: Plan) -> OpList:
+    problem = plan.problem
+    net = problem.network
+    ranks = problem.ranks
+    ops: list[Op] = []
+    scratch = [0] * ranks
+    held: list[dict[int, _Held]] = []
+    for c in problem.commodities:
+        h: dict[int, _Held] = {}
+        for loc in c.sources:
+            h.setdefault(loc.rank, _Held(loc, None, -1))
+        held.append(h)
+    targets_at = [{} for _ in problem.commodities]  # type: list[dict[int, Loc]]
+    for k, c in enumerate(problem.commodities):
+        for loc in c.targets:
+            targets_at[k].setdefault(loc.rank, loc)
+
+    for t in sorted(plan.transfers, key=lambda t: (t.step, t.commodity, t.route)):
+        route = net.routes[t.route]
+        h = held[t.commodity]
+        src = h.get(route.src)
+        if src is None or src.step >= t.step:
+            raise RuntimeError(f"plan sends commodity {t.commodity} from rank {route.src} at step {t.step} "
+                               "before it arrives there")
+        if route.dst in h:
+            continue  # a second arrival adds nothing
+        dst = targets_at[t.commodity].get(route.dst)
+        if dst is None:
+            dst = Loc(route.dst, Buffer.SCRATCH, scratch[route.dst])
+            scratch[route.dst] += 1
+        op = Op(len(ops), OpKind.COPY, src.loc, dst, deps=() if src.op is None else (src.op,),
+                step=t.step, route=route.nodes)
+        ops.append(op)
+        h[route.dst] = _Held(dst, op.id, t.step)
+
+    for k, c in enumerate(problem.commodities):
+        h = held[k]
+        for loc in c.targets:
+            have = h.get(loc.rank)
+            if have is None:
+                raise SolverError(f"the {plan.method} plan leaves {loc} without {c.chunk}")
+            if have.loc == loc:
+                continue
+            ops.append(Op(len(ops), OpKind.COPY, have.loc, loc, deps=() if have.op is None else (have.op,),
+                          step=have.step + 1))
+    ops.sort(key=lambda o: (o.step, o.id))
+    return OpList(tuple(ops), tuple(scratch) if any(scratch) else ())
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A chunk's first arrival at a rank: the tree edge it came over."""
+
+    src: int
+    dst: int
+    route: int
+    step: int
+
+
+def arrival_trees(plan: Plan) -> list[list[Edge]]:
+    """Per commodity, the transfers that first bring it to each rank (parents first)."""
+    net = plan.problem.network
+    trees: list[list[Edge]] = [[] for _ in plan.problem.commodities]
+    arrived: list[dict[int, int]] = [{r: -1 for r in c.holders} for c in plan.problem.commodities]
+    for t in sorted(plan.transfers, key=lambda t: (t.step, t.commodity, t.route)):
+        r = net.routes[t.route]
+        have = arrived[t.commodity]
+        if r.dst in have:
+            continue
+        if r.src not in have or have[r.src] >= t.step:
+            raise RuntimeError(f"plan sends commodity {t.commodity} from rank {r.src} before it arrives there")
+        have[r.dst] = t.step
+        trees[t.commodity].append(Edge(r.src, r.dst, t.route, t.step))
+    return trees

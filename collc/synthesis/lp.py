@@ -1,0 +1,186 @@
+"""Method lp: TE-CCL's linear program without copies or chunk identity, rounded back to
+whole-chunk paths.
+
+Chunks that go from the same source to the same destination form one fluid commodity.
+Its flow may rest at GPUs on the way (store and forward) but never multiplies, which is
+exact for AllToAll, Gather and Scatter and an upper bound for collectives that could
+copy. The fluid solution is split into paths through the time-expanded network, the
+chunks of each commodity are dealt to its paths in proportion to their flow, and the
+rare chunk the rounding leaves without a path is finished by the greedy schedule.
+The horizon is searched up from the lower bound, as for the MILP.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from collc.synthesis.milp import epoch_lower_bound
+from collc.synthesis.plan import Plan, SolveStats, Status, Transfer
+from collc.synthesis.problem import Problem
+from collc.synthesis.progress import Progress
+from collc.synthesis.solver import INF, Deadline, Model, Outcome, SolverOptions, solve
+from collc.synthesis.steady import apportion
+from collc.synthesis.timexp import UNREACHABLE, EpochGrid, State, greedy
+
+
+def _groups(problem: Problem, grid: EpochGrid) -> dict[tuple[int, int], list[int]]:
+    """(source rank, destination rank) -> commodities; a chunk with several holders
+    leaves from the one nearest the destination."""
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for k, c in enumerate(problem.commodities):
+        for d in c.demand:
+            h = min(c.holders, key=lambda u: (grid.dist[u, d], u))
+            groups[(h, d)].append(k)
+    return dict(sorted(groups.items()))
+
+
+class _FluidModel:
+    def __init__(self, problem: Problem, grid: EpochGrid, groups: dict[tuple[int, int], list[int]], horizon: int):
+        net = problem.network
+        dist = grid.dist
+        m = Model()
+        self.f: dict[tuple[int, int, int], int] = {}  # (group, route, epoch) -> column
+        arrive: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (group, rank, epoch)
+        depart: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+        link_terms: dict[tuple[int, int], list[int]] = defaultdict(list)
+        self.feasible = True
+        keys = list(groups)
+        for g, (h, d) in enumerate(keys):
+            if dist[h, d] > horizon:
+                self.feasible = False
+                return
+            for r in net.routes:
+                if r.dst == h or r.src == d:
+                    continue
+                lag = grid.lag[r.index]
+                lo = int(dist[h, r.src])
+                hi = horizon - lag - int(dist[r.dst, d])
+                for k in range(lo, hi + 1):
+                    reward = float(horizon - (k + lag) + 1) if r.dst == d else 0.0
+                    j = m.add_var(0.0, INF, reward)
+                    self.f[(g, r.index, k)] = j
+                    arrive[(g, r.dst, k + lag)].append(j)
+                    depart[(g, r.src, k)].append(j)
+                    for l in r.links:
+                        link_terms[(l, k)].append(j)
+        eps = 1e-3
+        for j in self.f.values():
+            m.cost[j] -= eps
+        for g, (h, d) in enumerate(keys):
+            n = float(len(groups[(h, d)]))
+            # Every rank but the destination: stock = previous stock + arrivals - departures >= 0.
+            for v in range(problem.ranks):
+                if v == d:
+                    continue
+                prev = None
+                for k in range(horizon + 1):
+                    a, b = arrive.get((g, v, k), ()), depart.get((g, v, k), ())
+                    if prev is None and not a and not b and v != h:
+                        continue
+                    s = m.add_var(0.0, INF)
+                    cols = [s] + list(a) + list(b)
+                    vals = [1.0] + [-1.0] * len(a) + [1.0] * len(b)
+                    if prev is not None:
+                        cols.append(prev)
+                        vals.append(-1.0)
+                        m.add_row(cols, vals, 0.0, 0.0)
+                    else:
+                        start = n if v == h else 0.0
+                        m.add_row(cols, vals, start, start)
+                    prev = s
+            cols = [j for k in range(horizon + 1) for j in arrive.get((g, d, k), ())]
+            m.add_row(cols, [1.0] * len(cols), n, INF)
+        for l, w in grid.window.items():
+            ks = sorted({k for (ll, k) in link_terms if ll == l})
+            hold = grid.hold[l]
+            for s in sorted({s for k in ks for s in range(k - w + 1, k + 1)}):
+                cols = [j for k in range(s, s + w) for j in link_terms.get((l, k), ())]
+                if cols and hold * len(cols) > w + 1e-9:
+                    m.add_row(cols, [hold] * len(cols), -INF, float(w))
+        self.model = m
+        self.keys = keys
+
+
+def _paths(problem: Problem, grid: EpochGrid, fm: _FluidModel, values: np.ndarray, g: int, amount: float):
+    """Split group g's fluid flow into paths [(route, epoch), ...] with their amounts."""
+    net = problem.network
+    h, d = fm.keys[g]
+    left: dict[int, list[tuple[int, int, float]]] = defaultdict(list)  # rank -> [(epoch, route, flow)]
+    for (gg, r, k), j in fm.f.items():
+        if gg == g and values[j] > 1e-7:
+            left[net.routes[r].src].append((k, r, float(values[j])))
+    for v in left:
+        left[v].sort()
+    out = []
+    remaining = amount
+    while remaining > 1e-6:
+        v, t, path = h, 0, []
+        while v != d:
+            options = [i for i, (k, r, f) in enumerate(left[v]) if k >= t and f > 1e-7]
+            if not options:
+                return out
+            i = options[0]
+            k, r, f = left[v][i]
+            path.append((i, v, r, k))
+            t = k + grid.lag[r]
+            v = net.routes[r].dst
+        flow = min(left[u][i][2] for i, u, _, _ in path)
+        flow = min(flow, remaining)
+        for i, u, r, k in path:
+            kk, rr, f = left[u][i]
+            left[u][i] = (kk, rr, f - flow)
+        remaining -= flow
+        out.append(([(r, k) for _, _, r, k in path], flow))
+    return out
+
+
+def solve_lp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline: Deadline,
+             progress: Progress) -> Plan:
+    groups = _groups(problem, grid)
+    state = State.initial(problem)
+    upper_state = State.initial(problem)
+    greedy(problem, grid, upper_state)
+    upper = max(1, upper_state.finish_epoch())
+    horizon = min(epoch_lower_bound(problem, grid), upper)
+    step = 1
+    fm, res = None, None
+    status = Status.OPTIMAL
+    while True:
+        progress.stage(f"lp: trying {horizon} epochs")
+        fm = _FluidModel(problem, grid, groups, horizon)
+        if fm.feasible:
+            res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options,
+                        progress=progress)
+            if res.has_solution:
+                if res.outcome is not Outcome.OPTIMAL:
+                    status = Status.TIME_LIMIT
+                break
+            if res.outcome is not Outcome.INFEASIBLE:
+                status = Status.TIME_LIMIT
+        if horizon >= upper or deadline.expired:
+            fm, res = None, None
+            status = Status.TIME_LIMIT if deadline.expired else Status.FEASIBLE
+            break
+        horizon = min(upper, horizon + step)
+        step *= 2
+    transfers: list[Transfer] = []
+    if fm is not None and res is not None:
+        for g, key in enumerate(fm.keys):
+            coms = groups[key]
+            paths = _paths(problem, grid, fm, res.values, g, float(len(coms)))
+            counts = apportion(min(len(coms), round(sum(a for _, a in paths))), [a for _, a in paths])
+            it = iter(coms)
+            for (path, _), n in zip(paths, counts):
+                for _ in range(n):
+                    c = next(it)
+                    transfers.extend(Transfer(c, r, k) for r, k in path)
+    # Chunks the rounding left out travel by the greedy schedule after the horizon.
+    state.apply(problem, grid, transfers)
+    if not state.done(problem):
+        transfers.extend(greedy(problem, grid, state, max(horizon, state.finish_epoch())))
+        status = Status.FEASIBLE if status is Status.OPTIMAL else status
+    stats = SolveStats(fm.model.num_cols if fm else 0, fm.model.num_rows if fm else 0, deadline.elapsed())
+    return Plan(problem, tuple(transfers), "lp", status, max(horizon, state.finish_epoch()), stats,
+                {"epoch_seconds": grid.tau})

@@ -1,0 +1,138 @@
+"""What has to move: chunk commodities of a collective without reductions.
+
+A commodity is one chunk symbol: the input slots that hold it at the start and the
+output slots that must hold it at the end. Collectives with reductions are synthesized
+by composition (collc.synthesis.compose); everything else reduces to commodities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from collc.diagnostics import CollcError, SolverError
+from collc.ir.collective import ChunkId, Collective, CollectiveKind, standard
+from collc.ir.schedule import Buffer, Loc
+from collc.synthesis.network import Network
+
+
+@dataclass(frozen=True)
+class Commodity:
+    chunk: ChunkId
+    sources: tuple[Loc, ...]  # input slots holding the chunk at the start
+    targets: tuple[Loc, ...]  # output slots that must hold it at the end
+
+    @cached_property
+    def holders(self) -> tuple[int, ...]:
+        return tuple(sorted({l.rank for l in self.sources}))
+
+    @cached_property
+    def demand(self) -> tuple[int, ...]:
+        """Ranks that need the chunk and do not hold it: the ones it must travel to."""
+        held = set(self.holders)
+        return tuple(sorted({l.rank for l in self.targets} - held))
+
+
+@dataclass(frozen=True)
+class Problem:
+    collective: Collective
+    network: Network
+    slot_bytes: float
+    commodities: tuple[Commodity, ...]
+
+    @property
+    def ranks(self) -> int:
+        return self.network.ranks
+
+    @cached_property
+    def deliveries(self) -> int:
+        return sum(len(c.demand) for c in self.commodities)
+
+    @cached_property
+    def single_source(self) -> bool:
+        return all(len(c.holders) == 1 for c in self.commodities)
+
+    @cached_property
+    def unicast(self) -> bool:
+        return all(len(c.demand) <= 1 for c in self.commodities)
+
+
+def build_problem(collective: Collective, network: Network, size_bytes: int) -> Problem:
+    if collective.has_reduction:
+        raise CollcError(f"collective '{collective.name}' reduces values; synthesize it by composition")
+    if network.ranks != collective.ranks:
+        raise CollcError(f"collective '{collective.name}' has {collective.ranks} ranks but topology "
+                         f"'{network.topology.name}' has {network.ranks} GPUs")
+    sources: dict[ChunkId, list[Loc]] = {}
+    for r, buf in enumerate(collective.inputs):
+        for i, v in enumerate(buf):
+            if v is not None and len(v) == 1:
+                (c,) = v
+                sources.setdefault(c, []).append(Loc(r, Buffer.INPUT, i))
+    targets: dict[ChunkId, list[Loc]] = {}
+    for r, buf in enumerate(collective.outputs):
+        for j, v in enumerate(buf):
+            if v is not None:
+                (c,) = v
+                targets.setdefault(c, []).append(Loc(r, Buffer.OUTPUT, j))
+    missing = sorted(c for c in targets if c not in sources)
+    if missing:
+        raise CollcError(f"collective '{collective.name}' needs {missing[0]} in an output, but no rank's "
+                         "input holds it")
+    commodities = tuple(Commodity(c, tuple(sources[c]), tuple(targets[c])) for c in sorted(targets))
+    if not commodities:
+        raise CollcError(f"collective '{collective.name}' requires nothing in any output")
+    problem = Problem(collective, network, collective.slot_bytes(size_bytes), commodities)
+    check_reachable(problem)
+    return problem
+
+
+def check_reachable(problem: Problem) -> None:
+    """Raise SolverError naming GPUs that cannot reach each other, before any solve."""
+    net = problem.network
+    need: set[tuple[int, int]] = set()
+    for c in problem.commodities:
+        for d in c.demand:
+            need.update((h, d) for h in c.holders)
+    bad = set(net.unreachable(sorted(need)))
+    stuck = []
+    for c in problem.commodities:
+        for d in c.demand:
+            if all((h, d) in bad for h in c.holders):
+                stuck.append((c.holders[0], d))
+    if stuck:
+        stuck = sorted(set(stuck))
+        a, b = stuck[0]
+        more = f" (and {len(stuck) - 1} more pairs)" if len(stuck) > 1 else ""
+        raise SolverError(
+            f"no schedule exists for '{problem.collective.name}' on '{net.topology.name}': GPU "
+            f"{net.gpu_names[a]} (rank {a}) has no path of links to GPU {net.gpu_names[b]} (rank {b}), "
+            f"which needs its data{more}",
+            notes=("check the topology's links and their directions",))
+
+
+# --- refinement -------------------------------------------------------------------
+
+def refinable(collective: Collective) -> bool:
+    """A standard collective whose slots may be split into finer ones."""
+    if collective.kind is CollectiveKind.CUSTOM:
+        return False
+    try:
+        canon = standard(collective.kind, collective.ranks, collective.chunks,
+                         collective.root if collective.root is not None else 0)
+    except (KeyError, ValueError):
+        return False
+    return canon.inputs == collective.inputs and canon.outputs == collective.outputs
+
+
+def refine(collective: Collective, chunks: int) -> Collective:
+    """The same collective over `chunks` slots per rank (a multiple of its own count)."""
+    if chunks == collective.chunks:
+        return collective
+    if chunks % collective.chunks:
+        raise CollcError(f"cannot split '{collective.name}' ({collective.chunks} chunks per rank) into "
+                         f"{chunks} chunks per rank: use a multiple of {collective.chunks}")
+    root = collective.root if collective.root is not None else 0
+    fine = standard(collective.kind, collective.ranks, chunks, root)
+    return replace(fine, name=collective.name, root=collective.root)
+

@@ -1,0 +1,273 @@
+"""Timing of schedules under the alpha-beta model, and step assignment from a timeline.
+
+The model is the simulator's (collc.analysis.simulate, sharing "fifo"): a transfer
+costs its route's summed latencies plus bytes over the route's bottleneck capacity, and
+holds each link of the route for bytes over that link's capacity; an op starts when its
+dependencies have finished; every link serves its transfers one at a time, in (step,
+list position) order. Two uses here:
+
+- `replay` times a finished schedule exactly that way (to compare candidates inside the
+  pass without importing the analysis package);
+- `sequence` list-schedules ops whose order is not yet fixed: whenever a link falls free
+  it takes the ready transfer with the best priority, and the resulting timeline is
+  written back as steps, so that the simulator's strict per-link order reproduces it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from collc.ir.schedule import Op
+from collc.synthesis.network import Network
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    # Bytes/s of a copy inside one GPU; 0 makes local copies free (the simulator's default).
+    local_bandwidth: float = 0.0
+
+
+DEFAULT_MODEL = TimingModel()
+
+
+@dataclass(frozen=True)
+class OpCost:
+    links: tuple[int, ...]
+    duration: float  # from start to the data being usable at the destination
+    holds: tuple[float, ...]  # how long each link of the route stays busy: bytes / its capacity
+
+
+def op_costs(ops: Sequence[Op], network: Network, slot_bytes: float,
+             model: TimingModel = DEFAULT_MODEL) -> list[OpCost]:
+    out: list[OpCost] = []
+    best = {pair: rs[0] for pair, rs in network.pair_routes.items()}
+    cache: dict[tuple[tuple[str, ...], int], OpCost] = {}
+    for op in ops:
+        nbytes = slot_bytes * op.count
+        if not op.is_transfer:
+            t = nbytes / model.local_bandwidth if model.local_bandwidth > 0 else 0.0
+            out.append(OpCost((), t, ()))
+            continue
+        key = (op.route, op.count) if op.route else ((op.src.rank, op.dst.rank), op.count)  # type: ignore[assignment]
+        cost = cache.get(key)  # type: ignore[arg-type]
+        if cost is None:
+            if op.route:
+                links = tuple(network.link_index[(a, b)] for a, b in zip(op.route, op.route[1:]))
+                lat = sum(network.links[l].latency for l in links)
+                bw = min(network.links[l].capacity for l in links)
+            else:
+                r = network.routes[best[(op.src.rank, op.dst.rank)]]
+                links, lat, bw = r.links, r.latency, r.bandwidth
+            holds = tuple(nbytes / network.links[l].capacity for l in links)
+            cost = OpCost(links, lat + nbytes / bw, holds)
+            cache[key] = cost  # type: ignore[index]
+        out.append(cost)
+    return out
+
+
+def replay(ops: Sequence[Op], network: Network, slot_bytes: float,
+           model: TimingModel = DEFAULT_MODEL) -> float:
+    """Completion time of a schedule whose steps are final (strict per-link order)."""
+    costs = op_costs(ops, network, slot_bytes, model)
+    order = sorted(range(len(ops)), key=lambda i: (ops[i].step, i))
+    finish: dict[int, float] = {}
+    link_free = [0.0] * len(network.links)
+    end = 0.0
+    for i in order:
+        op, c = ops[i], costs[i]
+        t = 0.0
+        for d in op.deps:
+            f = finish[d]
+            if f > t:
+                t = f
+        for l in c.links:
+            if link_free[l] > t:
+                t = link_free[l]
+        for l, hold in zip(c.links, c.holds):
+            link_free[l] = t + hold
+        f = t + c.duration
+        finish[op.id] = f
+        if f > end:
+            end = f
+    return end
+
+
+@dataclass(frozen=True)
+class Timeline:
+    ops: tuple[Op, ...]  # renumbered 0..n-1 in list order, with final steps
+    seconds: float  # completion time under the model
+
+
+# How deep a freed link looks into its queue for a transfer whose other links are free.
+SCAN_DEPTH = 64
+
+
+def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
+             model: TimingModel = DEFAULT_MODEL) -> Timeline:
+    """List-schedule `ops` (priority: their current step, then list position) and return
+    them in start order, renumbered, with steps that make the strict per-link replay
+    reproduce this timeline. Dependencies must point backwards in the list.
+
+    Event-driven: at every instant a link falls free or an op becomes ready, each free
+    link starts the best-priority queued transfer whose other links are free too."""
+    n = len(ops)
+    costs = op_costs(ops, network, slot_bytes, model)
+    pos = {op.id: i for i, op in enumerate(ops)}
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pending = [0] * n
+    for i, op in enumerate(ops):
+        pending[i] = len(op.deps)
+        for d in op.deps:
+            succ[pos[d]].append(i)
+    key = [(op.step, i) for i, op in enumerate(ops)]
+    ready_at = [0.0] * n
+    started = [False] * n
+    start = [0.0] * n
+    link_free = [0.0] * len(network.links)
+    queue: list[list[tuple[int, int]]] = [[] for _ in network.links]  # sorted by key
+    events: list[tuple[float, int, int]] = []  # (time, kind, payload): 0 op ready, 1 link free
+    for i in range(n):
+        if pending[i] == 0:
+            events.append((0.0, 0, i))
+    heapq.heapify(events)
+    order: list[int] = []
+    eps = 1e-15
+    # Work each link still has to do: the links with most left are fed first.
+    remaining = [0.0] * len(network.links)
+    for c in costs:
+        for l, hold in zip(c.links, c.holds):
+            remaining[l] += hold
+
+    def begin(i: int, t: float) -> None:
+        started[i] = True
+        start[i] = t
+        order.append(i)
+        c = costs[i]
+        for l, hold in zip(c.links, c.holds):
+            remaining[l] -= hold
+            link_free[l] = t + hold
+            heapq.heappush(events, (t + hold, 1, l))
+            q = queue[l]
+            k = bisect_left(q, key[i])
+            if k < len(q) and q[k] == key[i]:
+                del q[k]
+        f = t + c.duration
+        for j in succ[i]:
+            if f > ready_at[j]:
+                ready_at[j] = f
+            pending[j] -= 1
+            if pending[j] == 0:
+                heapq.heappush(events, (ready_at[j], 0, j))
+
+    def free(l: int, t: float) -> bool:
+        return link_free[l] <= t + eps
+
+    while events:
+        t = events[0][0]
+        touched: set[int] = set()
+        local: list[int] = []
+        while events and events[0][0] <= t + eps:
+            _, kind, x = heapq.heappop(events)
+            if kind == 0:
+                links = costs[x].links
+                if not links:
+                    local.append(x)
+                    continue
+                for l in links:
+                    insort(queue[l], key[x])
+                    touched.add(l)
+            else:
+                touched.add(x)
+        for i in sorted(local):
+            begin(i, t)
+        for i in _dispatch(t, touched, queue, costs, free, remaining):
+            begin(i, t)
+    if len(order) != n:
+        raise RuntimeError("ops form a dependency cycle")
+    return Timeline(*_assign_steps(ops, order, start, costs))
+
+
+def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], costs: list[OpCost],
+              free, remaining: list[float]) -> list[int]:
+    """Ops to start at t: a set using every free link at most once. Transfers over one
+    link, or over more than two, are taken greedily by priority; those over two links
+    (through one switch: an up-link and a down-link, a crossbar) by a maximum bipartite
+    matching, so that a switch port never idles for want of a better pairing."""
+    cands: dict[int, tuple[int, int]] = {}
+    for l in touched:
+        if not free(l, t):
+            continue
+        q = queue[l]
+        for k in range(min(len(q), SCAN_DEPTH)):
+            key = q[k]
+            i = key[1]
+            if i not in cands and all(free(m, t) for m in costs[i].links):
+                cands[i] = key
+    if not cands:
+        return []
+    chosen: list[int] = []
+    used: set[int] = set()
+    pairs: dict[tuple[int, int], tuple[tuple[int, int], int]] = {}
+    for i in sorted(cands, key=cands.__getitem__):
+        links = costs[i].links
+        if len(links) == 2:
+            a, b = links
+            if (a, b) not in pairs:
+                pairs[(a, b)] = (cands[i], i)
+            continue
+        if not used.intersection(links):
+            chosen.append(i)
+            used.update(links)
+    if not pairs:
+        return chosen
+    adj: dict[int, list[tuple[tuple[int, int], int, int]]] = {}
+    for (a, b), (key, i) in pairs.items():
+        if a in used or b in used:
+            continue
+        adj.setdefault(a, []).append((key, -remaining[b], b, i))
+    for a in adj:
+        adj[a].sort()
+    owner: dict[int, tuple[int, int]] = {}  # down-link -> (up-link, op)
+
+    def augment(a: int, seen: set[int]) -> bool:
+        for _, _, b, i in adj[a]:
+            if b in seen:
+                continue
+            seen.add(b)
+            if b not in owner or augment(owner[b][0], seen):
+                owner[b] = (a, i)
+                return True
+        return False
+
+    for a in sorted(adj, key=lambda a: (-remaining[a], a)):
+        augment(a, set())
+    chosen.extend(i for _, i in owner.values())
+    return sorted(chosen, key=cands.__getitem__)
+
+
+def _assign_steps(ops: Sequence[Op], order: list[int], start: list[float],
+                  costs: list[OpCost]) -> tuple[tuple[Op, ...], float]:
+    positive = [c.duration for c in costs if c.duration > 0]
+    quantum = min(positive) if positive else 1.0
+    new_id: dict[int, int] = {}
+    step_of: dict[int, int] = {}
+    link_last: dict[int, int] = {}
+    out: list[Op] = []
+    end = 0.0
+    for k, i in enumerate(order):
+        op, c = ops[i], costs[i]
+        step = int(start[i] / quantum + 1e-9)
+        for d in op.deps:
+            step = max(step, step_of[d] + 1)
+        for l in c.links:
+            step = max(step, link_last.get(l, 0))
+        for l in c.links:
+            link_last[l] = step
+        step_of[op.id] = step
+        new_id[op.id] = k
+        out.append(replace(op, id=k, deps=tuple(sorted(new_id[d] for d in op.deps)), step=step))
+        end = max(end, start[i] + c.duration)
+    return tuple(out), end
