@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, allgather, broadcast, standard
-from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
+from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import Topology
 from collc.synthesis.core import Candidate, Result, SynthesisOptions
 from collc.synthesis.extract import OpList, arrival_trees, copy_ops
@@ -67,7 +67,9 @@ def synthesize_with_reductions(topology: Topology, collective: Collective, size_
     backward = forward if mirror else Network(reversed_topology(topology))
     share = Deadline(deadline.remaining() / 2) if kind is CollectiveKind.ALLREDUCE and not mirror else deadline
     progress.stage(f"{collective.kind.value}: synthesizing the {base.kind.value} it reverses")
-    up = choose(backward, base, size_bytes, options, share, progress)
+    # An AllReduce has both halves' ops: each half gets half the op budget.
+    halves = replace(options, max_ops=options.max_ops // 2) if kind is CollectiveKind.ALLREDUCE else options
+    up = choose(backward, base, size_bytes, halves, share, progress)
     chunks = up.plan.problem.collective.chunks
     fine = standard(kind, ranks, chunks, root)
     fine = replace(fine, name=collective.name, root=collective.root)
@@ -78,7 +80,7 @@ def synthesize_with_reductions(topology: Topology, collective: Collective, size_
             down_plan = up.plan
         else:
             progress.stage("allreduce: synthesizing the allgather half")
-            inner = replace(options, chunks=chunks)
+            inner = replace(halves, chunks=chunks)
             down_plan = choose(forward, base, size_bytes, inner, deadline, progress).plan
             plans.append(down_plan)
         more, extra = _gather_ops(down_plan, chunks, last_write, len(ops), 1 + max(op.step for op in ops))

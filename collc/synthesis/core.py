@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
-from collc.diagnostics import CollcError, SolverError
-from collc.ir.collective import Collective, CollectiveKind
+from collc.diagnostics import CollcError
+from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.extract import OpList, copy_ops
@@ -24,6 +24,10 @@ from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline, SolverOptions
 from collc.synthesis.timing import DEFAULT_MODEL, TimingModel, sequence
 from collc.verify import verify
+
+
+# The share of the time limit kept for building and verifying the schedule.
+FINISHING_SHARE = 0.1
 
 
 class Method(str, Enum):
@@ -48,6 +52,9 @@ class SynthesisOptions:
     epochs: int = 0  # 0: search from the lower bound
     progress: bool = True
     timing: TimingModel = DEFAULT_MODEL
+    # Most ops a schedule may have (the verifier and backends stay fast); pipelining
+    # stops splitting chunks before it.
+    max_ops: int = 300_000
 
     @property
     def solver(self) -> SolverOptions:
@@ -84,7 +91,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: int,
         raise CollcError(f"cannot synthesize '{collective.name}' for {size_bytes} bytes: the size must be positive")
     own_progress = progress is None
     progress = progress if progress is not None else Progress(options.progress)
-    deadline = Deadline(options.time_limit)
+    # Solvers stop a little early: turning their answer into a verified schedule takes time too.
+    deadline = Deadline(options.time_limit * (1 - FINISHING_SHARE))
     try:
         if collective.has_reduction:
             from collc.synthesis.compose import synthesize_with_reductions
@@ -125,7 +133,9 @@ def to_result(cand: Candidate, collective: Collective, topology: Topology, deadl
         scratch=cand.ops.scratch,
         meta={"synthesized_by": "collc.synthesize", "method": plan.method, "status": plan.status.value,
               "epochs": plan.epochs, "chunks": cand.chunks, "estimate_s": cand.estimate_s})
-    return Result(sched, plan.method, plan.status, deadline.elapsed(), cand.estimate_s, plan.epochs,
+    # A pipelined plan has no epoch grid; its steps are its time line.
+    epochs = plan.epochs or sched.num_steps
+    return Result(sched, plan.method, plan.status, deadline.elapsed(), cand.estimate_s, epochs,
                   plan.stats.variables, plan.stats.constraints, cand.chunks, dict(plan.facts))
 
 

@@ -22,7 +22,7 @@ from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import INF, Deadline, Model, Outcome, SolverOptions, solve
 from collc.synthesis.steady import apportion
-from collc.synthesis.timexp import UNREACHABLE, EpochGrid, State, greedy
+from collc.synthesis.timexp import EpochGrid, State, greedy
 
 
 def _groups(problem: Problem, grid: EpochGrid) -> dict[tuple[int, int], list[int]]:

@@ -53,12 +53,10 @@ def epoch_lower_bound(problem: Problem, grid: EpochGrid) -> int:
 
 @dataclass
 class _Found:
+    """The smallest horizon known to fit, and a schedule in it."""
+
     epochs: int
     transfers: list[Transfer]
-    solved: bool  # by the MILP (False: the greedy schedule)
-    optimal: bool
-    variables: int = 0
-    constraints: int = 0
 
 
 def solve_milp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline: Deadline,
@@ -68,7 +66,7 @@ def solve_milp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadli
     heuristic = greedy(problem, grid, heuristic_state)
     upper = max(1, heuristic_state.finish_epoch())
     lower = min(epoch_lower_bound(problem, grid), upper)
-    best = _Found(upper, heuristic, False, False)
+    best = _Found(upper, heuristic)
     if epochs:
         return _fixed_horizon(problem, grid, options, deadline, progress, epochs, lower)
     infeasible_below = lower - 1  # every horizon up to this one has no schedule
@@ -86,7 +84,7 @@ def solve_milp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadli
         res = solve(fm.model, maximize=True, time_limit=limit, options=options, progress=progress,
                     first_solution=True)
         if res.has_solution:
-            best = _Found(epochs, fm.transfers(res.values), True, False, fm.model.num_cols, fm.model.num_rows)
+            best = _Found(epochs, fm.transfers(res.values))
         return res.outcome
 
     # Gallop up from the bound, then bisect between the last failure and the first success.
@@ -118,15 +116,10 @@ def solve_milp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadli
         res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options,
                     progress=progress, start=start)
         if res.has_solution:
-            best = _Found(best.epochs, fm.transfers(res.values), True, res.outcome is Outcome.OPTIMAL,
-                          fm.model.num_cols, fm.model.num_rows)
+            best = _Found(best.epochs, fm.transfers(res.values))
         final_optimal = res.outcome is Outcome.OPTIMAL
-    if final_optimal and proven:
-        status = Status.OPTIMAL
-    elif not proven or not final_optimal:
-        status = Status.TIME_LIMIT
-    else:
-        status = Status.FEASIBLE
+    # Short of a proof, only the time limit stopped the search.
+    status = Status.OPTIMAL if final_optimal and proven else Status.TIME_LIMIT
     return Plan(problem, tuple(best.transfers), "milp", status, best.epochs,
                 SolveStats(largest[0], largest[1], deadline.elapsed()),
                 {"epoch_seconds": grid.tau, "epoch_lower_bound": lower, "greedy_epochs": upper})
@@ -141,11 +134,17 @@ def _fixed_horizon(problem: Problem, grid: EpochGrid, options: SolverOptions, de
         res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options,
                     progress=progress)
     if res is None or not res.has_solution:
-        why = "is infeasible" if res is None or res.outcome is Outcome.INFEASIBLE else \
-            f"found no schedule within the time limit ({deadline.elapsed():.1f} s)"
+        size = "" if fm is None else f" ({fm.model.num_cols} variables, {fm.model.num_rows} constraints)"
+        if res is None or res.outcome is Outcome.INFEASIBLE:
+            raise SolverError(
+                f"the MILP over {epochs} epochs of {grid.tau * 1e6:.3g} us{size} is infeasible",
+                notes=(f"no schedule fits in fewer than {lower} epochs; leave epochs=0 to search for the "
+                       "smallest horizon that fits",))
         raise SolverError(
-            f"the MILP over {epochs} epochs of {grid.tau * 1e6:.3g} us {why}",
-            notes=(f"the lower bound is {lower} epochs; leave epochs=0 to search for the smallest horizon",))
+            f"the MILP over {epochs} epochs of {grid.tau * 1e6:.3g} us{size} found no schedule within the "
+            f"time limit of {deadline.elapsed():.1f} s",
+            notes=("raise time_limit, or leave epochs=0: the horizon search starts from a greedy schedule and "
+                   "always has one to return",))
     status = Status.OPTIMAL if res.outcome is Outcome.OPTIMAL else Status.TIME_LIMIT
     return Plan(problem, tuple(fm.transfers(res.values)), "milp", status, epochs,
                 SolveStats(fm.model.num_cols, fm.model.num_rows, deadline.elapsed()),

@@ -102,7 +102,3 @@ def _is_terminal(stream: TextIO) -> bool:
     except (AttributeError, ValueError):
         return False
 
-
-class Silent(Progress):
-    def __init__(self) -> None:
-        super().__init__(enabled=False)

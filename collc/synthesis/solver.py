@@ -125,12 +125,16 @@ def new_highs(options: SolverOptions, time_limit: float) -> highspy.Highs:
 
 def solve(model: Model, *, maximize: bool = False, time_limit: float, options: SolverOptions,
           progress: Progress | None = None, start: np.ndarray | None = None,
-          want_duals: bool = False, first_solution: bool = False) -> Result:
+          want_duals: bool = False, first_solution: bool = False, node_limit: int = 0) -> Result:
     """Solve within `time_limit` seconds; `first_solution` stops a MILP at its first
-    feasible point (enough to show that a horizon is feasible)."""
+    feasible point (enough to show that a horizon is feasible); `node_limit` bounds a
+    MILP's branch-and-bound by work rather than time, so the answer does not depend on
+    the machine's speed or load."""
     h = new_highs(options, time_limit)
     if first_solution:
         h.setOptionValue("mip_max_improving_sols", 1)
+    if node_limit:
+        h.setOptionValue("mip_max_nodes", int(node_limit))
     lp = model.to_highs_lp()
     if maximize:
         lp.sense_ = highspy.ObjSense.kMaximize
@@ -150,12 +154,15 @@ def solve(model: Model, *, maximize: bool = False, time_limit: float, options: S
 
 
 def _watch(h: highspy.Highs, progress: Progress) -> None:
-    def improved(event) -> None:
-        out = event.data_out
-        progress.solver(out.objective_function_value, out.mip_dual_bound, out.mip_gap)
+    """Report the incumbent, bound and gap while a MILP runs. HiGHS calls the interrupt
+    callback often (it could stop the solve there); it only reads from it."""
 
-    h.cbMipImprovingSolution.subscribe(improved)
-    h.cbMipLogging.subscribe(improved)
+    def tick(event) -> None:
+        out = event.data_out
+        progress.solver(out.mip_primal_bound, out.mip_dual_bound, out.mip_gap)
+
+    h.cbMipImprovingSolution.subscribe(tick)
+    h.cbMipInterrupt.subscribe(tick)
 
 
 def _result(h: highspy.Highs, mip: bool, seconds: float, want_duals: bool) -> Result:

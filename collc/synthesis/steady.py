@@ -35,23 +35,21 @@ from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import INF, Deadline, Model, Outcome, SolverOptions, new_highs, solve
 
-# Links loaded above this fraction of T pay EXCESS_PRICE (relative to T) per unit of load.
-SPREAD = 0.97
+# The rate LP charges EXCESS_PRICE (relative to T) for load a link carries above
+# spread x T. Equally fast packings differ in how well they pipeline; auto tries these
+# spreads in turn while time remains.
+SPREADS = (0.97, 0.95, 0.93, 0.99)
 EXCESS_PRICE = 0.05
+# Branch-and-bound nodes for rounding shares to whole chunks (a work limit, not a time
+# limit, keeps the answer independent of the machine).
+ROUNDING_NODES = 500
 # Column generation stops when no tree can shorten T by more than this fraction.
 PRICING_TOLERANCE = 1e-6
-import os; _TRACE = bool(os.environ.get("SYN_TRACE"))
 MAX_PRICING_ROUNDS = 400
 
 
 class NotApplicable(CollcError):
     """The steady-state method does not fit this collective."""
-
-
-@dataclass(frozen=True)
-class Tree:
-    root: int
-    edges: tuple[tuple[int, int], ...]  # (route index, depth of the receiving rank), parents first
 
 
 @dataclass(frozen=True)
@@ -78,11 +76,12 @@ def check_applicable(problem: Problem) -> None:
 
 # --- the rate LP ---------------------------------------------------------------------
 
-def solve_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress) -> RateSolution:
+def solve_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
+                spread: float = SPREADS[0]) -> RateSolution:
     check_applicable(problem)
     if problem.unicast:
         return _flow_rates(problem, options, deadline, progress)
-    return _tree_rates(problem, options, deadline, progress)
+    return _tree_rates(problem, options, deadline, progress, spread)
 
 
 def _class_bytes(problem: Problem) -> dict[tuple, float]:
@@ -93,7 +92,8 @@ def _class_bytes(problem: Problem) -> dict[tuple, float]:
     return dict(sorted(out.items()))
 
 
-def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress) -> RateSolution:
+def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
+                spread: float) -> RateSolution:
     net = problem.network
     classes = _class_bytes(problem)
     links = list(net.used_links)
@@ -110,7 +110,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     n_links = len(links)
     h = new_highs(options, max(0.05, deadline.remaining()))
     # Columns: T, then one excess variable per link, then the trees. Rows: one per class
-    # (its shares add up to 1), one per link (load <= T), one per link (load <= SPREAD x T
+    # (its shares add up to 1), one per link (load <= T), one per link (load <= spread x T
     # + excess). A small price on excess makes the LP, among packings as fast as the
     # best, prefer one that leaves every link it can some slack: a list scheduler keeps
     # a link busy far more easily when the links that feed it are not saturated.
@@ -124,7 +124,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     for i in range(n_links):
         h.addRow(-INF, 0.0, 1, np.array([0], dtype=np.int32), np.array([-1.0]))
     for i in range(n_links):
-        h.addRow(-INF, 0.0, 2, np.array([0, 1 + i], dtype=np.int32), np.array([-SPREAD, -1.0]))
+        h.addRow(-INF, 0.0, 2, np.array([0, 1 + i], dtype=np.int32), np.array([-spread, -1.0]))
     columns: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []  # (class, routes, depths)
     seen: set[tuple[int, tuple[int, ...]]] = set()
 
@@ -138,16 +138,25 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
             for li in route_links[ri]:
                 use[li] += 1.0
         rows = [g] + [n_cls + li for li in sorted(use)] + [n_cls + n_links + li for li in sorted(use)]
-        coef = [use[li] * classes[keys[g]] / cap[li] for li in sorted(use)]
+        coef = [use[li] * classes[keys[g]] / cap[li] / scale for li in sorted(use)]
         vals = [1.0] + coef + coef
         h.addCol(0.0, 0.0, INF, len(rows), np.array(rows, dtype=np.int32), np.array(vals))
         columns.append((g, routes, depths))
 
     nodes_of = []
+    first_trees = []
+    load = np.zeros(n_links)
     for g, (root, demand) in enumerate(keys):
         nodes = (root,) + tuple(d for d in demand if d != root)
         nodes_of.append(nodes)
         routes, depths = _tree_from_costs(net, nodes, route_time, pair_routes)
+        first_trees.append((g, routes, depths))
+        for ri in routes:
+            load[route_links[ri]] += classes[keys[g]] / cap[route_links[ri]]
+    # Times enter the LP in units of the first trees' time, so that T is about 1: HiGHS's
+    # tolerances are absolute, and seconds (1e-3) would make them coarse.
+    scale = float(load.max()) or 1.0
+    for g, routes, depths in first_trees:
         add_tree(g, routes, depths)
 
     status = Status.OPTIMAL
@@ -172,12 +181,11 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
         price = -(duals[n_cls:n_cls + n_links] + duals[n_cls + n_links:]) / cap  # per byte, >= 0
         progress.stage(f"steady: tree packing, round {rounds}")
         progress.note(T=f"{t_value * 1e6:.2f}us", trees=len(columns))
-        if _TRACE: print("round", rounds, t_value, len(columns), deadline.elapsed(), h.getRunTime(), h.getOptionValue("time_limit"), h.getInfo().simplex_iteration_count)
         route_price = np.array([price[rl].sum() if rl else 0.0 for rl in route_links])
         added = 0
         lagrange = t_value
         for g, nodes in enumerate(nodes_of):
-            volume = classes[keys[g]]
+            volume = classes[keys[g]] / scale
             cost = volume * route_price + 1e-9 * t_value * route_time / max(route_time.max(), 1e-30)
             routes, depths = _tree_from_costs(net, nodes, cost, pair_routes)
             tree_price = volume * sum(route_price[r] for r in routes)
@@ -197,7 +205,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     values = np.asarray(h.getSolution().col_value)
     shares: dict[tuple, list[tuple[tuple[int, ...], float]]] = defaultdict(list)
     depth: dict[tuple[int, ...], tuple[int, ...]] = {}
-    t_value = float(values[0])
+    t_value = float(values[0]) * scale
     for j, (g, routes, depths) in enumerate(columns):
         v = values[j + 1 + n_links]
         if v > 1e-9:
@@ -253,7 +261,11 @@ def _flow_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
             demand[c.holders[0]][d] += problem.slot_bytes
     sources = sorted(demand)
     links = list(net.used_links)
-    row_of_link = {l: i for i, l in enumerate(links)}
+    # Bytes in units of the largest demand and time in units of that demand on the
+    # fastest link: coefficients near 1 (HiGHS drops entries below 1e-9 as zeros).
+    unit = max(a for per in demand.values() for a in per.values())
+    fastest = max(net.links[l].capacity for l in links)
+    unit_time = unit / fastest
 
     def build(t_fixed: float | None) -> tuple[Model, dict[tuple[int, int], int]]:
         m = Model()
@@ -278,12 +290,12 @@ def _flow_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
                     if (s, ri) in x:
                         cols.append(x[(s, ri)])
                         vals.append(-1.0)
-                want = demand[s].get(v, 0.0)
+                want = demand[s].get(v, 0.0) / unit
                 m.add_row(cols, vals, want, want)
         per_link: dict[int, list[tuple[int, float]]] = defaultdict(list)
         for (s, ri), j in x.items():
             for l in net.routes[ri].links:
-                per_link[l].append((j, 1.0 / net.links[l].capacity))
+                per_link[l].append((j, fastest / net.links[l].capacity))
         for l in links:
             terms = per_link.get(l)
             if terms:
@@ -295,13 +307,14 @@ def _flow_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     res = solve(m, time_limit=max(0.05, deadline.remaining()), options=options)
     if not res.has_solution:
         raise NotApplicable("the steady-state flow LP found no solution in time")
-    t_value = float(res.values[0])
+    t_scaled = float(res.values[0])
     status = Status.OPTIMAL if res.outcome is Outcome.OPTIMAL else Status.TIME_LIMIT
-    m2, x2 = build(t_value * (1 + 1e-7) + 1e-15)
+    m2, x2 = build(t_scaled * (1 + 1e-7) + 1e-12)
     res2 = solve(m2, time_limit=max(0.05, deadline.remaining()), options=options)
     if res2.has_solution:
         res, x = res2, x2
-    flows = {k: float(res.values[j]) for k, j in x.items() if res.values[j] > 1e-9 * problem.slot_bytes}
+    t_value = t_scaled * unit_time
+    flows = {k: float(res.values[j]) * unit for k, j in x.items() if res.values[j] > 1e-9}
     shares: dict[tuple, list[tuple[tuple[int, ...], float]]] = defaultdict(list)
     for s in sources:
         for d, path, amount in _decompose(net, s, demand[s], flows):
@@ -381,7 +394,47 @@ def apportion(total: int, weights: list[float]) -> list[int]:
     return out
 
 
-def pipelined_plan(problem: Problem, rates: RateSolution) -> Plan:
+def whole_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int], options: SolverOptions,
+                 time_limit: float) -> dict[tuple, list[int]]:
+    """Chunks per tree (or path), whole numbers adding up to each class's chunks, that
+    load the busiest link least: a small MILP, warm-started from rounding each share."""
+    net = problem.network
+    keys = sorted(sizes)
+    start = {key: apportion(sizes[key], [w for _, w in rates.shares[key]]) for key in keys}
+    m = Model()
+    z = m.add_var(0.0, INF, 1.0)
+    cols: dict[tuple, list[int]] = {}
+    per_link: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for key in keys:
+        cols[key] = []
+        for routes, _ in rates.shares[key]:
+            j = m.add_var(0.0, float(sizes[key]), 0.0, integer=True)
+            cols[key].append(j)
+            for ri in routes:
+                for l in net.routes[ri].links:
+                    per_link[l].append((j, problem.slot_bytes / net.links[l].capacity / rates.seconds))
+        m.add_row(cols[key], [1.0] * len(cols[key]), float(sizes[key]), float(sizes[key]))
+    for l, terms in sorted(per_link.items()):
+        merged: dict[int, float] = defaultdict(float)
+        for j, v in terms:
+            merged[j] += v
+        m.add_row(list(merged) + [z], list(merged.values()) + [-1.0], -INF, 0.0)
+    warm = np.zeros(m.num_cols)
+    for key in keys:
+        warm[cols[key]] = start[key]
+    warm[z] = 0.0
+    loads: dict[int, float] = defaultdict(float)
+    for l, terms in per_link.items():
+        loads[l] = sum(v * warm[j] for j, v in terms)
+    warm[z] = max(loads.values(), default=0.0)
+    res = solve(m, time_limit=max(0.05, time_limit), options=options, start=warm, node_limit=ROUNDING_NODES)
+    if not res.has_solution or res.objective >= warm[z]:
+        return start
+    return {key: [int(round(res.values[j])) for j in cols[key]] for key in keys}
+
+
+def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions | None = None,
+                   time_limit: float = 0.0) -> Plan:
     """Chunks of every class dealt to its trees (or paths) in proportion to their shares.
 
     Each tree's chunks are spread evenly over the fluid time T: chunk j of n should be
@@ -397,11 +450,17 @@ def pipelined_plan(problem: Problem, rates: RateSolution) -> Plan:
             by_class[class_key(problem, k)].append(k)
     tails: dict[tuple[int, ...], list[float]] = {}
     entries: list[tuple[float, int, int, int]] = []  # (order key, depth, commodity, route)
+    missing = [key for key in by_class if not rates.shares.get(key)]
+    if missing:
+        raise NotApplicable(f"the rate LP gave no route to class {missing[0]}")
+    sizes = {key: len(coms) for key, coms in by_class.items()}
+    if options is not None and time_limit > 0:
+        whole = whole_counts(problem, rates, sizes, options, time_limit)
+    else:
+        whole = {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
     for key, coms in sorted(by_class.items()):
-        structures = rates.shares.get(key)
-        if not structures:
-            raise NotApplicable(f"the rate LP gave no route to class {key}")
-        counts = apportion(len(coms), [w for _, w in structures])
+        structures = rates.shares[key]
+        counts = whole[key]
         targets = sorted(((j + 1) / n, s_idx) for s_idx, n in enumerate(counts) for j in range(n))
         for k, (finish, s_idx) in zip(coms, targets):
             routes = structures[s_idx][0]
@@ -417,13 +476,21 @@ def pipelined_plan(problem: Problem, rates: RateSolution) -> Plan:
 
 
 def _tails(net: Network, routes: tuple[int, ...], seconds: list[float]) -> list[float]:
-    """For each route of a tree or path (parents first), the time from its start to the
-    end of the longest chain of transfers below it."""
-    tail = [seconds[r] for r in routes]
+    """For each route of a tree or path (parents first), the time from its start until
+    the chunk has reached every rank below it. A rank sends to its children one after
+    another, so the sends ahead of a child in that order count too."""
+    children: dict[int, list[int]] = defaultdict(list)  # position of a route -> its children's positions
+    parent_pos = {net.routes[r].dst: i for i, r in enumerate(routes)}
+    for i, r in enumerate(routes):
+        p = parent_pos.get(net.routes[r].src)
+        if p is not None:
+            children[p].append(i)
+    tail = [0.0] * len(routes)
     for i in range(len(routes) - 1, -1, -1):
-        src = net.routes[routes[i]].src
-        for j in range(i - 1, -1, -1):
-            if net.routes[routes[j]].dst == src:
-                tail[j] = max(tail[j], seconds[routes[j]] + tail[i])
-                break
+        below, busy = 0.0, 0.0
+        # Serve the deepest subtrees first: that order gives the shortest finish.
+        for c in sorted(children[i], key=lambda c: -tail[c]):
+            below = max(below, busy + tail[c])
+            busy += seconds[routes[c]]
+        tail[i] = seconds[routes[i]] + below
     return tail

@@ -103,6 +103,8 @@ class Timeline:
 
 # How deep a freed link looks into its queue for a transfer whose other links are free.
 SCAN_DEPTH = 64
+# ... and how many startable ones it offers the matching.
+CANDIDATES_PER_LINK = 16
 
 
 def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
@@ -111,8 +113,8 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
     them in start order, renumbered, with steps that make the strict per-link replay
     reproduce this timeline. Dependencies must point backwards in the list.
 
-    Event-driven: at every instant a link falls free or an op becomes ready, each free
-    link starts the best-priority queued transfer whose other links are free too."""
+    Event-driven: at every instant a link falls free or an op becomes ready, the free
+    links take queued transfers whose links are all free (see `_dispatch`)."""
     n = len(ops)
     costs = op_costs(ops, network, slot_bytes, model)
     pos = {op.id: i for i, op in enumerate(ops)}
@@ -162,9 +164,6 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
             if pending[j] == 0:
                 heapq.heappush(events, (ready_at[j], 0, j))
 
-    def free(l: int, t: float) -> bool:
-        return link_free[l] <= t + eps
-
     while events:
         t = events[0][0]
         touched: set[int] = set()
@@ -183,7 +182,7 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
                 touched.add(x)
         for i in sorted(local):
             begin(i, t)
-        for i in _dispatch(t, touched, queue, costs, free, remaining):
+        for i in _dispatch(t, touched, queue, costs, link_free, remaining):
             begin(i, t)
     if len(order) != n:
         raise RuntimeError("ops form a dependency cycle")
@@ -191,21 +190,32 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
 
 
 def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], costs: list[OpCost],
-              free, remaining: list[float]) -> list[int]:
+              link_free: list[float], remaining: list[float]) -> list[int]:
     """Ops to start at t: a set using every free link at most once. Transfers over one
-    link, or over more than two, are taken greedily by priority; those over two links
-    (through one switch: an up-link and a down-link, a crossbar) by a maximum bipartite
-    matching, so that a switch port never idles for want of a better pairing."""
+    link are taken greedily by priority; those through switches (a first link into the
+    fabric, a last link out of it: a crossbar) by a maximum bipartite matching, so that
+    a switch port never idles for want of a better pairing."""
+    limit = t + 1e-15
     cands: dict[int, tuple[int, int]] = {}
     for l in touched:
-        if not free(l, t):
+        if link_free[l] > limit:
             continue
         q = queue[l]
+        found = 0
         for k in range(min(len(q), SCAN_DEPTH)):
             key = q[k]
             i = key[1]
-            if i not in cands and all(free(m, t) for m in costs[i].links):
-                cands[i] = key
+            if i in cands:
+                found += 1
+            else:
+                for m in costs[i].links:
+                    if link_free[m] > limit:
+                        break
+                else:
+                    cands[i] = key
+                    found += 1
+            if found >= CANDIDATES_PER_LINK:
+                break
     if not cands:
         return []
     chosen: list[int] = []
@@ -213,8 +223,10 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], c
     pairs: dict[tuple[int, int], tuple[tuple[int, int], int]] = {}
     for i in sorted(cands, key=cands.__getitem__):
         links = costs[i].links
-        if len(links) == 2:
-            a, b = links
+        if len(links) >= 2:
+            # Through a switch (or a chain of switches and NICs): pair the first link
+            # (into the fabric) with the last (out of it).
+            a, b = links[0], links[-1]
             if (a, b) not in pairs:
                 pairs[(a, b)] = (cands[i], i)
             continue
@@ -227,13 +239,13 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], c
     for (a, b), (key, i) in pairs.items():
         if a in used or b in used:
             continue
-        adj.setdefault(a, []).append((key, -remaining[b], b, i))
+        adj.setdefault(a, []).append((key, b, i))
     for a in adj:
         adj[a].sort()
     owner: dict[int, tuple[int, int]] = {}  # down-link -> (up-link, op)
 
     def augment(a: int, seen: set[int]) -> bool:
-        for _, _, b, i in adj[a]:
+        for _, b, i in adj[a]:
             if b in seen:
                 continue
             seen.add(b)
@@ -242,9 +254,15 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], c
                 return True
         return False
 
+    # The links with the most work left choose first.
     for a in sorted(adj, key=lambda a: (-remaining[a], a)):
         augment(a, set())
-    chosen.extend(i for _, i in owner.values())
+    # Links inside the fabric may be shared by pairs the matching treated as apart.
+    for i in sorted((i for _, i in owner.values()), key=cands.__getitem__):
+        links = costs[i].links
+        if not used.intersection(links):
+            chosen.append(i)
+            used.update(links)
     return sorted(chosen, key=cands.__getitem__)
 
 

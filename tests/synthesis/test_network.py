@@ -21,14 +21,15 @@ def test_routes_cross_switches_but_never_gpus():
 def test_rail_topology_routes_keep_to_their_rail():
     net = Network(dgx_h100(2))
     same_rail = net.routes[net.pair_routes[(0, 8)][0]]
-    assert same_rail.nodes == ("g0", "nic0", "ib", "nic8", "g8")
-    assert same_rail.bandwidth == pytest.approx(50e9)
+    assert same_rail.nodes == ("node[0].g[0]", "node[0].hca[0]", "rail[0]", "node[1].hca[0]", "node[1].g[0]")
+    assert same_rail.bandwidth == pytest.approx(50e9)  # 400 Gbit/s on the rail
+    assert (0, 9) not in net.pair_routes  # another rail: only through a GPU of the node
 
 
 def test_reversed_topology_turns_every_link():
     topo = ndv2()
     rev = reversed_topology(topo)
-    assert ("g9", "g0") in rev.link_map and ("g0", "g9") not in rev.link_map
+    assert ("c[1].g[1]", "c[0].g[0]") in rev.link_map and ("c[0].g[0]", "c[1].g[1]") not in rev.link_map
     assert len(rev.links) == len(topo.links)
 
 

@@ -1,0 +1,56 @@
+"""ReduceScatter, Reduce and AllReduce by reversing copy schedules."""
+
+import pytest
+
+from collc.analysis.simulate import simulate
+from collc.ir.collective import standard
+from collc.ir.schedule import OpKind
+from collc.synthesis.core import Method, SynthesisOptions, synthesize
+from collc.verify import verify
+from topos import ring, switch, two_chassis
+
+
+@pytest.mark.parametrize("kind", ["reducescatter", "allreduce", "reduce"])
+@pytest.mark.parametrize("method", ["milp", "steady", "auto"])
+@pytest.mark.parametrize("topo", [ring(4), switch(4), two_chassis(2)], ids=lambda t: t.name)
+def test_reductions_compose_into_verified_schedules(kind, method, topo):
+    coll = standard(kind, topo.num_ranks, 1, 0)
+    res = synthesize(topo, coll, 1 << 20, SynthesisOptions(method=Method(method), progress=False, time_limit=20))
+    sched = res.schedule
+    verify(sched, topo)
+    assert sched.collective.kind == coll.kind and sched.collective.name == coll.name
+    assert any(op.kind is OpKind.REDUCE for op in sched.ops)
+    assert simulate(sched, topo, 1 << 20).time_s == pytest.approx(res.estimate_s, rel=1e-9)
+
+
+def test_one_way_ring_reducescatter_runs_against_the_links_of_its_allgather():
+    topo = ring(4, bidirectional=False)
+    res = synthesize(topo, standard("reducescatter", 4), 1 << 20,
+                     SynthesisOptions(method=Method.MILP, progress=False))
+    # Every reduction travels along an existing (one-way) link.
+    for op in res.schedule.ops:
+        if op.is_transfer:
+            assert (op.dst.rank - op.src.rank) % 4 == 1
+    assert res.schedule.meta["method"] == "milp"
+
+
+def test_allreduce_is_reducescatter_then_allgather_per_chunk():
+    topo = switch(4)
+    res = synthesize(topo, standard("allreduce", 4, 2), 8 << 20,
+                     SynthesisOptions(method=Method.STEADY, chunks=2, progress=False))
+    ops = res.schedule.ops
+    reduces = [op for op in ops if op.kind is OpKind.REDUCE]
+    copies = [op for op in ops if op.kind is OpKind.COPY and op.is_transfer]
+    assert len(reduces) == 4 * 3 * 2 and len(copies) == 4 * 3 * 2
+    assert res.schedule.scratch == ()  # partial sums gather in the output buffer
+
+
+def test_custom_collectives_with_reductions_are_refused():
+    from collc.diagnostics import CollcError
+    from collc.ir.collective import ChunkId, Collective, CollectiveKind
+
+    inputs = tuple((frozenset({ChunkId(r, 0)}),) for r in range(2))
+    outputs = ((frozenset({ChunkId(0, 0), ChunkId(1, 0)}),), (None,))
+    coll = Collective("mine", CollectiveKind.CUSTOM, 2, 1, inputs, outputs)
+    with pytest.raises(CollcError, match="ReduceScatter, AllReduce and Reduce"):
+        synthesize(switch(2), coll, 1 << 20, SynthesisOptions(progress=False))
