@@ -37,6 +37,11 @@ class Backend:
     emit: Callable[[Any, Path, BackendOptions], list[Path]]
     # The suffix `-o` gets by default when the user names a directory.
     suffix: str = ""
+    # ranks -> the most ops a synthesized schedule should have for this backend (its
+    # runtime's limits), or None for no limit beyond synthesis's own.
+    op_budget: Callable[[int], int] | None = None
+    # The error its lowering raises when a schedule exceeds the runtime's limits.
+    limit_error: type[Exception] | None = None
 
 
 _MODULES = {

@@ -270,13 +270,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     library = args.backend == "msccl-xml" and len(jobs) > 1
     if library:
         from collc.backends.msccl_xml.backend import write_library
-        from collc.driver import make_report, produce_schedule
-        from collc.passes.base import PassManager, parse_pipeline
+        from collc.driver import make_report, schedule_for_backend
 
         units = []
         for job in jobs:
-            unit, solver = produce_schedule(job)
-            unit = PassManager(parse_pipeline(backend.lowering(options))).run(unit)
+            unit, solver = schedule_for_backend(job, backend, options)
             units.append((job, unit, solver))
         paths = write_library([u for _, u, _ in units], [j.size_bytes for j, _, _ in units], out, options)
         for (job, unit, solver), path in zip(units, paths):

@@ -49,7 +49,18 @@ def schedule_pipeline(job: CompileJob) -> str:
     return "verify" if job.algorithm else f"{job.pipeline},verify"
 
 
-def produce_schedule(job: CompileJob) -> tuple[CompileUnit, dict[str, Any] | None]:
+def _capped(passes: list, max_ops: int) -> list:
+    """The pipeline with its synthesize pass limited to `max_ops` ops, where the user set
+    neither chunks nor max_ops (a choice the user made is never overridden)."""
+    out = []
+    for p in passes:
+        if p.name == "synthesize" and p.chunks == 0 and p.max_ops == type(p).max_ops:
+            p = replace(p, max_ops=max_ops)
+        out.append(p)
+    return out
+
+
+def produce_schedule(job: CompileJob, max_ops: int | None = None) -> tuple[CompileUnit, dict[str, Any] | None]:
     """Run the schedule-producing passes; return the unit and the solver's facts (if any)."""
     unit = CompileUnit(job.topology, job.collective, job.size_bytes)
     if job.algorithm:
@@ -61,8 +72,34 @@ def produce_schedule(job: CompileJob) -> tuple[CompileUnit, dict[str, Any] | Non
         solver = {"method": f"algorithm {job.algorithm}", "seconds": time.perf_counter() - t0,
                   "status": "hand-written", "optimal": None, "epochs": None, "variables": 0, "constraints": 0}
         return unit, solver
-    unit = PassManager(parse_pipeline(schedule_pipeline(job), job.span)).run(unit)
+    passes = parse_pipeline(schedule_pipeline(job), job.span)
+    if max_ops is not None:
+        passes = _capped(passes, max_ops)
+    unit = PassManager(passes).run(unit)
     return unit, unit.notes.get("synthesize")
+
+
+# Halvings of a backend's op budget tried before its limit error reaches the user.
+BUDGET_RETRIES = 4
+
+
+def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tuple[CompileUnit, dict[str, Any] | None]:
+    """Produce the schedule and run the backend's lowering. A synthesized schedule is
+    kept within the backend's op budget, halved while lowering hits the runtime's limits."""
+    lowering = back.lowering(options)
+    budget = back.op_budget(job.collective.ranks) if back.op_budget and not job.algorithm else None
+    for attempt in range(BUDGET_RETRIES + 1):
+        unit, solver = produce_schedule(job, budget)
+        if not lowering:
+            return unit, solver
+        try:
+            return PassManager(parse_pipeline(lowering)).run(unit), solver
+        except Exception as exc:
+            if (budget is None or back.limit_error is None or not isinstance(exc, back.limit_error)
+                    or attempt == BUDGET_RETRIES or len(unit.schedule.ops) <= job.collective.ranks):
+                raise
+            budget = max(1, min(budget, len(unit.schedule.ops)) // 2)
+    raise AssertionError("unreachable")
 
 
 def baselines_for(job: CompileJob) -> list[Baseline]:
@@ -82,11 +119,8 @@ def compile_job(job: CompileJob, backend: str = "json", output: Path | None = No
                 options: BackendOptions | None = None, with_baselines: bool = True) -> CompileResult:
     options = options or BackendOptions()
     back = get_backend(backend)  # unknown backend: fail before the (maybe long) solve
-    unit, solver = produce_schedule(job)
+    unit, solver = schedule_for_backend(job, back, options)
     assert unit.schedule is not None
-    lowering = back.lowering(options)
-    if lowering:
-        unit = PassManager(parse_pipeline(lowering)).run(unit)
     outputs = back.emit(unit, output, options) if output is not None else []
     report = make_report(job, unit, solver, backend, outputs, with_baselines)
     return CompileResult(unit, report, outputs)

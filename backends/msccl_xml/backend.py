@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from collc.backends.msccl_xml.limits import LimitError
 from collc.backends import Backend, BackendOptions
 from collc.backends.msccl_xml.lowering import lower, lowering_pipeline
 from collc.backends.msccl_xml.model import XmlAlgo
@@ -86,4 +87,9 @@ BACKEND = Backend(
     lowering=lowering_pipeline,
     emit=emit,
     suffix=".xml",
+    # A threadblock runs at most 64 steps and a GPU has at most 32 channels; the runtime
+    # itself pipelines each step through its connection buffers, so a few chunks per
+    # peer keep links busy. The driver halves this when a schedule still does not fit.
+    op_budget=lambda ranks: 1024 * ranks,
+    limit_error=LimitError,
 )

@@ -20,6 +20,7 @@ from collc.backends.msccl_xml.program import (
     LGpu, Program, Stage, base_chunks_per_loop, coll_token,
 )
 from collc.diagnostics import CollcError
+from collc.backends.msccl_xml.limits import LimitError
 from collc.ir.schedule import Schedule
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -61,16 +62,16 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         if best is None or steps < best[0]:
             best = (steps, where)
     if best is None:
-        raise CollcError(f"msccl-threadblocks: no placement keeps at most {MAX_TBS_PER_CHANNEL} threadblocks per "
+        raise LimitError(f"msccl-threadblocks: no placement keeps at most {MAX_TBS_PER_CHANNEL} threadblocks per "
                          f"channel on every GPU with up to {tries[-1]} channel(s) per instance; use fewer "
                          "instances or more channels")
     steps, where = best
     if channels:
-        raise CollcError(f"msccl-threadblocks: with channels={channels}, {where} gets {steps} steps, more than "
+        raise LimitError(f"msccl-threadblocks: with channels={channels}, {where} gets {steps} steps, more than "
                          f"max_steps={max_steps}; let collc choose the channels (channels=0), or raise max_steps "
                          "if the runtime allows more (the current MSCCL executor runs 64 per threadblock, the "
                          "older runtime 256)")
-    raise CollcError(f"msccl-threadblocks: even over {tries[-1]} channels {where} gets {steps} steps, more than "
+    raise LimitError(f"msccl-threadblocks: even over {tries[-1]} channels {where} gets {steps} steps, more than "
                      f"max_steps={max_steps}; raise max_steps if the runtime allows more (the older MSCCL runtime "
                      "runs 256), or use fewer chunks per rank or fewer instances")
 

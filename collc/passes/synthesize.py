@@ -23,13 +23,15 @@ class Synthesize(Pass):
     seed: int = 0
     epochs: int = 0  # 0: search from the lower bound
     progress: bool = True
+    max_ops: int = 300_000  # most ops the schedule may have (pipelining stops before it)
 
     def __post_init__(self) -> None:
         known = [m.value for m in Method]
         if self.method not in known:
             raise PipelineError(f"pass 'synthesize' has no method '{self.method}' (methods: {', '.join(known)})")
-        if self.chunks < 0 or self.epochs < 0 or self.threads < 0:
-            raise PipelineError("pass 'synthesize': chunks, epochs and threads must not be negative")
+        if self.chunks < 0 or self.epochs < 0 or self.threads < 0 or self.max_ops < 1:
+            raise PipelineError("pass 'synthesize': chunks, epochs and threads must not be negative, "
+                                "and max_ops must be positive")
         if self.time_limit <= 0:
             raise PipelineError(f"pass 'synthesize': time_limit must be positive (got {self.time_limit})")
         if not 0 <= self.mip_gap < 1:
@@ -38,7 +40,7 @@ class Synthesize(Pass):
     def options_for_synthesis(self) -> SynthesisOptions:
         return SynthesisOptions(method=Method(self.method), chunks=self.chunks, time_limit=self.time_limit,
                                 mip_gap=self.mip_gap, threads=self.threads, seed=self.seed, epochs=self.epochs,
-                                progress=self.progress)
+                                progress=self.progress, max_ops=self.max_ops)
 
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.collective is None or unit.topology is None:
