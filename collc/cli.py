@@ -246,11 +246,16 @@ def _backend_options(args: argparse.Namespace):
         max_steps_per_tb=args.max_steps, extra={"channels": args.channels} if args.channels else {})
 
 
-def _output_path(out: Path, job, backend, many: bool) -> Path:
+def _output_path(out: Path, job, backend, many: bool, taken: set[Path]) -> Path:
     if not many and not out.is_dir():
         return out
-    name = f"{job.collective.name}-{job.topology.name}-{job.size_bytes}B{backend.suffix}"
-    return out / _safe_filename(name)
+    route = job.algorithm.rsplit(":", 1)[-1] if job.algorithm else "synthesized"
+    stem = _safe_filename(f"{job.collective.name}-{job.topology.name}-{job.size_bytes}B-{route}")
+    path, n = out / f"{stem}{backend.suffix}", 2
+    while path in taken:  # two requests alike in all of the above still get a file each
+        path, n = out / f"{stem}-{n}{backend.suffix}", n + 1
+    taken.add(path)
+    return path
 
 
 def _safe_filename(name: str) -> str:
@@ -283,8 +288,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         many = len(jobs) > 1
         if many and out.exists() and not out.is_dir():
             raise UsageError(f"{out} is a file, but {len(jobs)} schedules are compiled: give a directory")
+        taken: set[Path] = set()
         for job in jobs:
-            result = compile_job(job, args.backend, _output_path(out, job, backend, many), options,
+            result = compile_job(job, args.backend, _output_path(out, job, backend, many, taken), options,
                                  with_baselines=not args.no_baselines)
             reports.append(result.report)
     for rep in reports:

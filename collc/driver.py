@@ -121,8 +121,11 @@ def compile_job(job: CompileJob, backend: str = "json", output: Path | None = No
     back = get_backend(backend)  # unknown backend: fail before the (maybe long) solve
     unit, solver = schedule_for_backend(job, back, options)
     assert unit.schedule is not None
+    # The report (which simulates the schedule) comes first: a compile that fails
+    # anywhere writes nothing.
+    report = make_report(job, unit, solver, backend, [], with_baselines)
     outputs = back.emit(unit, output, options) if output is not None else []
-    report = make_report(job, unit, solver, backend, outputs, with_baselines)
+    report["outputs"] = [str(p) for p in outputs]
     return CompileResult(unit, report, outputs)
 
 

@@ -64,8 +64,14 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
                     op.origin)
         if not in_place:
             _check_writable(schedule, op)
-        if topology is not None and op.route:
-            _check_route(op, topology)
+        if topology is not None and op.is_transfer:
+            if op.route:
+                _check_route(op, topology)
+            elif op.dst.rank not in _direct_reach(topology)[op.src.rank]:
+                src, dst = topology.gpu(op.src.rank).name, topology.gpu(op.dst.rank).name
+                raise ScheduleError(
+                    f"op {op.id} sends from {src} to {dst}, but no path joins them through switches and NICs "
+                    "only; relay it through a GPU (one op into the relay's buffer, one out of it)", op.origin)
 
 
 def _check_writable(schedule: Schedule, op: Op) -> None:
@@ -96,6 +102,33 @@ def _check_route(op: Op, topology: Topology) -> None:
             raise ScheduleError(
                 f"op {op.id} passes through GPU {mid} without storing; relay through a GPU with two ops",
                 op.origin)
+
+
+_REACH_CACHE: dict[int, tuple[Topology, dict[int, frozenset[int]]]] = {}
+
+
+def _direct_reach(topology: Topology) -> dict[int, frozenset[int]]:
+    """rank -> ranks reachable by a path whose inner nodes are switches or NICs (a GPU on
+    the way would have to store and forward, which takes ops of its own)."""
+    hit = _REACH_CACHE.get(id(topology))
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    reach: dict[int, frozenset[int]] = {}
+    for gpu in topology.gpus:
+        seen, stack, found = {gpu.name}, [gpu.name], set()
+        while stack:
+            for link in topology.out_links[stack.pop()]:
+                if link.dst in seen:
+                    continue
+                seen.add(link.dst)
+                node = topology.node(link.dst)
+                if node.kind is NodeKind.GPU:
+                    found.add(node.rank)
+                else:
+                    stack.append(link.dst)
+        reach[gpu.rank] = frozenset(found)
+    _REACH_CACHE[id(topology)] = (topology, reach)
+    return reach
 
 
 class _Order:

@@ -129,3 +129,14 @@ def test_non_root_output_of_reduce_is_unavailable():
         verify(Schedule("bad-reduce", coll, "ring2", ops))
     fixed = (ops[0], Op(1, OpKind.REDUCE, Loc(1, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=(0,), step=1))
     verify(Schedule("reduce", coll, "ring2", fixed))
+
+
+def test_transfer_without_a_path_through_switches_must_relay():
+    # On a 4-ring, rank 0 and rank 2 are joined only through another GPU.
+    sched = ring_allgather(4)
+    extra = Op(99, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(2, Buffer.SCRATCH, 0), step=9,
+               deps=tuple(o.id for o in sched.ops))
+    bad = replace(sched, ops=sched.ops + (extra,), scratch=(1, 1, 1, 1))
+    verify(bad)  # without a topology only the schedule itself is checked
+    with pytest.raises(ScheduleError, match="op 99 sends from g0 to g2, but no path joins them"):
+        verify(bad, ring_topology(4))

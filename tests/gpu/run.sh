@@ -57,7 +57,8 @@ EOF
 fi
 
 # collc is needed here only to generate the executors (they run without it).
-if ! "$python" -c "import collc.backends.cupy.generate" >/dev/null 2>&1; then
+# From outside the checkout: there, ./collc would hide an installed (non-editable) collc.
+if ! (cd / && "$python" -c "import collc.backends.cupy.generate") >/dev/null 2>&1; then
     echo "tests/gpu/run.sh: $python cannot import collc: pip install -e $repo (or set PYTHON)" >&2
     exit 1
 fi
