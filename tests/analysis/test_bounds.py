@@ -258,9 +258,8 @@ def test_direct_allreduce_on_a_switch_meets_the_volume_bound():
 
 
 def test_stdlib_topologies_reproduce_the_teccl_figures():
-    frontend = pytest.importorskip("collc.frontend")
-    if not hasattr(frontend, "resolve_topology"):
-        pytest.skip("the front end cannot load stdlib topologies yet")
+    from collc import frontend
+
     dgx2 = frontend.resolve_topology("dgx2")
     assert lower_bounds(dgx2, allgather(dgx2.num_ranks), SIZE).best_s * 1e6 == approx(7750.0)
     ndv2 = frontend.resolve_topology("ndv2")

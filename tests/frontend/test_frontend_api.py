@@ -93,20 +93,20 @@ compile reduce(root = 1) on dgx1;
 
 
 def test_check_file_summarizes_and_checks(tmp_path):
-    (tmp_path / "f.coll").write_text("""import topologies.ring;
+    (tmp_path / "f.coll").write_text("""import topologies.switch;
 topology line(n = 3) { gpu g[n]; for i in 0..n - 1 { link g[i] <-> g[i + 1] bw 1 GB/s; } }
 algorithm pairwise for allgather {
     require ranks % 2 == 0;
     for r in 0..ranks { for d in 0..ranks { copy in[r][0] -> out[d][r]; } }
 }
-compile allgather on ring(4) using pairwise;
+compile allgather on switch(4) using pairwise;
 """)
     summary = fe.check_file(tmp_path / "f.coll")
     text = str(summary)
     assert "\n" not in text
     assert "1 topology (line(n=3): 3 GPUs, 3 nodes, 4 links)" in text
     assert "pairwise for allgather: verified at ranks 2, 4, 8" in text  # 3 is rejected by its `require`
-    assert "1 request (allgather on ring(n=4, speed=25 GB/s, latency=0.7 us): 4 ranks, using pairwise)" in text
+    assert "1 request (allgather on switch(n=4, speed=125 GB/s, latency=0.35 us): 4 ranks, using pairwise)" in text
 
 
 def test_stdlib_catalog():

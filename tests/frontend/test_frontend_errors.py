@@ -190,7 +190,7 @@ def test_failed_requirement_points_at_the_require_and_notes_the_use(tmp_path):
 
 # --- algorithms ------------------------------------------------------------------------
 
-SHIFTED = """import topologies.ring;
+SHIFTED = """import topologies.switch;
 algorithm shifted for allgather {
     for r in 0..ranks {
         for s in 0..ranks {
@@ -198,7 +198,7 @@ algorithm shifted for allgather {
         }
     }
 }
-compile allgather on ring(4) using shifted;
+compile allgather on switch(4) using shifted;
 """
 
 

@@ -243,7 +243,7 @@ algorithm direct(first = 0) for broadcast {
     }
 }
 """)
-    topo = resolve_topology("ring(n=4)")
+    topo = resolve_topology("switch(n=4)")
     coll = resolve_collective("broadcast(root=2, chunks=2)", 4)
     sched = instantiate_algorithm("t.coll:direct(first=0)", topo, coll, base_dir=tmp_path)
     assert sched.name == "direct(first=0)" and len(sched.ops) == 4
