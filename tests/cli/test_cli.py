@@ -109,3 +109,23 @@ def test_verify_a_real_msccl_file(tmp_path):
     r = collc("verify", str(SHARED_XML / "gen-mscclang__ag_ring_8.xml"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "ok" in r.stdout
+
+
+def test_schedule_library_one_xml_per_size_band(tmp_path):
+    r = collc("compile", "--topology", "ring(4)", "--collective", "allgather", "--size", "4KiB,1MiB,64MiB",
+              "--algorithm", "ring", "--backend", "msccl-xml", "-o", "algos", "-q", "--report", "r.json",
+              cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    import xml.etree.ElementTree as ET
+
+    files = sorted((tmp_path / "algos").glob("*.xml"))
+    assert len(files) == 3
+    bands = sorted((int(ET.parse(f).getroot().get("minBytes")), int(ET.parse(f).getroot().get("maxBytes")))
+                   for f in files)
+    assert bands[0][0] == 0 and bands[-1][1] == 0  # from zero, and open-ended
+    for (lo, hi), (next_lo, _) in zip(bands, bands[1:]):
+        assert lo <= hi < next_lo, bands  # non-overlapping, in order
+    v = collc("verify", *[str(f) for f in files], cwd=tmp_path)
+    assert v.returncode == 0, v.stderr
+    reports = json.loads((tmp_path / "r.json").read_text())
+    assert [rep["size_bytes"] for rep in reports] == [4096, 1 << 20, 64 << 20]
