@@ -34,3 +34,22 @@ def ring_allgather(n: int) -> Schedule:
                           deps=(writer[(r, c)],), step=s + 1))
             writer[(nxt, c)] = ops[-1].id
     return Schedule("ring", coll, f"ring{n}", tuple(ops))
+
+
+def pipelined_ring_allgather(n: int, chunks: int) -> Schedule:
+    """Ring AllGather with each rank's block cut into `chunks` slots that follow one
+    another around the ring (chunk k of a block leaves one step after chunk k - 1)."""
+    ops: list[Op] = []
+    last: dict[int, int] = {}
+    for r in range(n):
+        for k in range(chunks):
+            ops.append(Op(len(ops), OpKind.COPY, Loc(r, Buffer.INPUT, k), Loc(r, Buffer.OUTPUT, r * chunks + k)))
+            last[r * chunks + k] = ops[-1].id
+    for s in range(1, n):
+        for k in range(chunks):
+            for r in range(n):
+                slot = r * chunks + k
+                ops.append(Op(len(ops), OpKind.COPY, Loc((r + s - 1) % n, Buffer.OUTPUT, slot),
+                              Loc((r + s) % n, Buffer.OUTPUT, slot), deps=(last[slot],), step=s + k))
+                last[slot] = ops[-1].id
+    return Schedule("pipelined_ring", allgather(n, chunks), f"ring{n}", tuple(ops))

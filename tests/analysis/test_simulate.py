@@ -12,7 +12,7 @@ from collc.diagnostics import CollcError, ScheduleError
 from collc.ir import Buffer, ChunkId, Collective, CollectiveKind, Loc, Op, OpKind, Schedule
 from collc.ir.collective import allgather
 from collc.verify import verify
-from schedules import ring_allgather
+from schedules import pipelined_ring_allgather, ring_allgather
 
 SIZE = 10**9
 
@@ -171,27 +171,9 @@ def test_json_form():
     assert {(d["src"], d["dst"]) for d in data["links"]} == set(sim.link_bytes)
 
 
-def _pipelined_ring_allgather(n: int, chunks: int) -> Schedule:
-    coll = allgather(n, chunks)
-    ops: list[Op] = []
-    last = {}
-    for r in range(n):
-        for k in range(chunks):
-            ops.append(Op(len(ops), OpKind.COPY, Loc(r, Buffer.INPUT, k), Loc(r, Buffer.OUTPUT, r * chunks + k)))
-            last[r * chunks + k] = ops[-1].id
-    for s in range(1, n):
-        for k in range(chunks):
-            for r in range(n):
-                slot = r * chunks + k
-                ops.append(Op(len(ops), OpKind.COPY, Loc((r + s - 1) % n, Buffer.OUTPUT, slot),
-                              Loc((r + s) % n, Buffer.OUTPUT, slot), deps=(last[slot],), step=s + k))
-                last[slot] = ops[-1].id
-    return Schedule("pipelined_ring", coll, f"ring{n}", tuple(ops))
-
-
 def test_pipelined_ring_is_fast_and_bandwidth_bound():
     n, chunks = 16, 40
-    sched = _pipelined_ring_allgather(n, chunks)
+    sched = pipelined_ring_allgather(n, chunks)
     verify(sched, ring(n))
     per_transfer = SIZE / (n * chunks) / (10 * GB)
     for sharing in ("fifo", "fair"):
