@@ -7,6 +7,7 @@ exit 1; usage errors exit 2 (argparse's convention). No traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -431,7 +432,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("passes", help="list the registered passes and their options")
     c.set_defaults(func=cmd_passes)
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).add_commands(sub)
     return p
+
+
+# Commands that live beside the compiler (profiling, pipelines, harvesting) each keep
+# their argument parsing in their own package: a module here exposes
+# `add_commands(subparsers)`, registering subcommands whose `func` returns an exit code
+# and raises CollcError (exit 1) or UsageError (exit 2) like the commands above.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
