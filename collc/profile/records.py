@@ -1,0 +1,59 @@
+"""What every trace reader produces: one `CollectiveCall` per rank per call.
+
+Readers stream: each yields calls as it reads and counts what it skipped (and why) in
+a `SourceSummary`, so a trace of gigabytes never has to fit in memory as a whole.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+# Collective names as the standard library spells them (lower case).
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce",
+               "gather", "scatter", "send", "recv")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCall:
+    """One rank's record of one collective (or point-to-point) call.
+
+    `bytes` is nccl-tests' size (reference section 4): the output buffer for AllGather
+    and Gather, the input buffer for ReduceScatter and Scatter, the buffer for the rest.
+    Times are microseconds on the recording rank's clock; None where the trace has none.
+    """
+
+    source: str                      # the file it was read from
+    location: str                    # "line 812" or "event 5031": where in that file
+    collective: str                  # one of COLLECTIVES
+    rank: int | None = None          # global rank of the recording process
+    communicator: str | None = None  # communicator id or process-group name
+    nranks: int | None = None        # communicator size
+    dtype: str | None = None         # "float32", "bfloat16", ...
+    count: int | None = None         # elements, as the trace states them
+    bytes: int | None = None         # nccl-tests' size in bytes
+    seq: int | None = None           # per-communicator sequence number (opCount, Seq)
+    start_us: float | None = None
+    duration_us: float | None = None
+    peer: int | None = None          # Send/Recv: the other rank
+    algorithm: str | None = None     # NCCL's choice where logged (Ring, Tree, ...)
+    protocol: str | None = None      # LL, LL128, Simple
+    group_ranks: tuple[int, ...] | None = None  # member global ranks, where known
+    named_by: str = "metadata"       # "metadata", "log", or "launch-op" (named by the nccl:* op)
+
+
+@dataclass
+class SourceSummary:
+    """What a reader made of one file: its format, records read, and records skipped by reason."""
+
+    path: str
+    format: str
+    records: int = 0
+    skipped: Counter = field(default_factory=Counter)
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.skipped[reason] += n
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "format": self.format, "records": self.records,
+                "skipped": dict(sorted(self.skipped.items()))}
