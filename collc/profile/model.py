@@ -1,0 +1,389 @@
+"""The mix on collc's model of a cluster: where each communicator sits, what each call
+costs under NCCL-style baselines, under collc's synthesized schedules and at the lower
+bound, and which links carry the traffic.
+
+Placement: global rank g runs on the topology's GPU `rank_map[g]` (launch order,
+g -> g, unless a rank map says otherwise). A communicator of k ranks runs on the
+sub-cluster its ranks occupy: its k GPUs (renumbered in communicator rank order) and
+every switch and NIC, with the links among them; other GPUs do not forward its
+traffic, as in NCCL. A Send/Recv pair is timed as a two-rank broadcast from the sender.
+
+Timing: every call is timed alone on the alpha-beta model (collc.analysis.simulate),
+and calls are summed: collectives of one iteration are assumed not to overlap.
+- baseline: the fastest of the standard library's hand-written algorithms (ring, tree),
+  exactly as `collc compile` reports its baselines (collc.driver.baselines_for);
+- collc: a schedule synthesized once per size band (bands split where sizes differ by
+  more than BAND_RATIO) at the band's heaviest size, and simulated at each size of the
+  band. Only bands that together cover COVERAGE of a (collective, communicator size)
+  group's weight are synthesized; the rest keep the baseline. Where a schedule is not
+  faster than the baseline at a size, that size keeps the baseline too (NCCL's
+  fallback), so collc's total is never above the baseline's;
+- bound: collc.analysis.bounds.lower_bounds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from collc.analysis.bounds import lower_bounds
+from collc.analysis.simulate import Simulation, simulate
+from collc.diagnostics import CollcError
+from collc.ir.collective import Collective
+from collc.ir.schedule import Schedule
+from collc.ir.topology import Node, NodeKind, Topology
+from collc.profile.mix import P2P, Mix, per_iteration
+
+# Sizes within this factor of a band's smallest size share the band's schedule.
+BAND_RATIO = 4.0
+# The bands synthesized for a (collective, communicator size) cover this share of its weight.
+COVERAGE = 0.95
+# Solver seconds per synthesized band: a 20-size mix on 8 GPUs stays under a minute.
+SYNTH_SECONDS = 4.0
+
+_MODELED = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "gather", "scatter")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one communicator (or Send/Recv pair) runs: topology GPU ranks, in its rank order."""
+
+    gpus: tuple[int, ...]
+    topology: Topology
+
+
+@dataclass
+class SizeTiming:
+    """One (collective, placement, size): job calls per iteration and the three times."""
+
+    collective: str
+    placement: Placement
+    size: int
+    calls_per_iteration: float
+    weight: float                  # the mix's weight (measured time, else bytes) per iteration
+    baseline_s: float
+    baseline_name: str
+    bound_s: float
+    collc_s: float | None = None   # the band schedule's time; None where not synthesized
+    uses_collc: bool = False       # collc's schedule is used at this size (it is faster)
+    baseline_sim: Simulation | None = None
+    collc_sim: Simulation | None = None
+
+    @property
+    def best_s(self) -> float:
+        return self.collc_s if self.uses_collc and self.collc_s is not None else self.baseline_s
+
+
+@dataclass
+class Band:
+    """Sizes of one (collective, communicator size) that share a synthesized schedule."""
+
+    collective: str
+    nranks: int
+    sizes: list[int]
+    weight: float
+    covered: bool = False
+    schedule: Schedule | None = None
+    unit: Any = None               # the CompileUnit (lowered for MSCCL XML when a library is wanted)
+    representative: int = 0
+    solver: dict[str, Any] | None = None
+    error: str | None = None
+    saving_s: float = 0.0          # per iteration, summed over its sizes and placements
+
+    def to_json(self) -> dict[str, Any]:
+        return {"collective": self.collective, "nranks": self.nranks, "sizes": self.sizes,
+                "min_bytes": min(self.sizes), "max_bytes": max(self.sizes), "covered": self.covered,
+                "synthesized_at": self.representative or None,
+                "method": (self.solver or {}).get("method"), "error": self.error,
+                "saving_per_iteration_us": self.saving_s * 1e6}
+
+
+@dataclass
+class ModelResult:
+    topology: str
+    timings: list[SizeTiming]
+    bands: list[Band]
+    notes: list[str] = field(default_factory=list)
+    synthesis_seconds: float = 0.0
+
+    def total(self, which: str) -> float:
+        """Seconds per iteration: 'baseline', 'collc' or 'bound'."""
+        pick = {"baseline": lambda t: t.baseline_s, "collc": lambda t: t.best_s, "bound": lambda t: t.bound_s}
+        return sum(pick[which](t) * t.calls_per_iteration for t in self.timings)
+
+    def link_load(self, which: str) -> dict[tuple[str, str], tuple[float, float]]:
+        """(bytes, busy seconds) per link and iteration under 'baseline' or 'collc'."""
+        load: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for t in self.timings:
+            sim = t.collc_sim if which == "collc" and t.uses_collc else t.baseline_sim
+            if sim is None:
+                continue
+            for link, b in sim.link_bytes.items():
+                load[link][0] += b * t.calls_per_iteration
+                load[link][1] += sim.link_busy_s[link] * t.calls_per_iteration
+        return {k: (v[0], v[1]) for k, v in load.items()}
+
+    def hottest_links(self, which: str, n: int = 10) -> list[dict[str, Any]]:
+        total = self.total(which)
+        load = self.link_load(which)
+        top = sorted(load.items(), key=lambda kv: (-kv[1][1], kv[0]))[:n]
+        return [{"link": f"{a}->{b}", "bytes": v[0], "busy_us": v[1] * 1e6,
+                 "utilization": (v[1] / total) if total > 0 else 0.0} for (a, b), v in top if v[0] > 0]
+
+    def to_json(self) -> dict[str, Any]:
+        base, collc, bound = self.total("baseline"), self.total("collc"), self.total("bound")
+        return {
+            "topology": self.topology,
+            "per_iteration_us": {"baseline": base * 1e6, "collc": collc * 1e6, "bound": bound * 1e6},
+            "saving_per_iteration_us": (base - collc) * 1e6,
+            "hottest_links": {"baseline": self.hottest_links("baseline"), "collc": self.hottest_links("collc")},
+            "sizes": [{"collective": t.collective, "gpus": list(t.placement.gpus), "bytes": t.size,
+                       "calls_per_iteration": t.calls_per_iteration, "baseline": t.baseline_name,
+                       "baseline_us": t.baseline_s * 1e6, "collc_us": None if t.collc_s is None else t.collc_s * 1e6,
+                       "uses_collc": t.uses_collc, "bound_us": t.bound_s * 1e6} for t in self.timings],
+            "bands": [b.to_json() for b in self.bands],
+            "synthesis_seconds": self.synthesis_seconds,
+            "notes": list(self.notes),
+        }
+
+
+# --- placement -------------------------------------------------------------------------
+
+def parse_rank_map(text: str) -> list[int]:
+    """`"0,2,4,6,1,3,5,7"`: global rank i runs on the topology's GPU at position i."""
+    from collc.cli import UsageError
+
+    try:
+        ranks = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise UsageError(f"--rank-map takes comma-separated GPU numbers, got '{text}'") from None
+    if len(set(ranks)) != len(ranks) or any(r < 0 for r in ranks):
+        raise UsageError("--rank-map must name each GPU at most once, with numbers >= 0")
+    return ranks
+
+
+def sub_topology(topology: Topology, gpus: tuple[int, ...]) -> Topology:
+    """The sub-cluster of `gpus` (topology GPU ranks; the i-th becomes rank i): those
+    GPUs, every switch and NIC, and the links among them."""
+    if tuple(gpus) == tuple(range(topology.num_ranks)):
+        return topology
+    chosen = [topology.gpu(g) for g in gpus]
+    keep = {n.name for n in chosen} | {n.name for n in topology.nodes if n.kind is not NodeKind.GPU}
+    nodes = tuple(Node(n.name, NodeKind.GPU, i) for i, n in enumerate(chosen)) + tuple(
+        n for n in topology.nodes if n.kind is not NodeKind.GPU)
+    links = tuple(l for l in topology.links if l.src in keep and l.dst in keep)
+    return Topology(f"{topology.name}[{','.join(map(str, gpus))}]", nodes, links, topology.description)
+
+
+class Placer:
+    """Global ranks -> sub-topologies, cached per GPU set."""
+
+    def __init__(self, topology: Topology, rank_map: list[int] | None):
+        self.topology = topology
+        self.rank_map = rank_map
+        self._cache: dict[tuple[int, ...], Placement] = {}
+
+    def gpu_of(self, rank: int) -> int:
+        if self.rank_map is not None:
+            if rank >= len(self.rank_map):
+                raise CollcError(f"the rank map names {len(self.rank_map)} ranks, but the trace has rank {rank}")
+            gpu = self.rank_map[rank]
+        else:
+            gpu = rank
+        if gpu >= self.topology.num_ranks:
+            raise CollcError(f"rank {rank} of the job needs GPU {gpu}, but topology '{self.topology.name}' has "
+                             f"{self.topology.num_ranks} GPUs (map the job onto a larger cluster, or give "
+                             "--rank-map)")
+        return gpu
+
+    def place(self, ranks: tuple[int, ...]) -> Placement:
+        gpus = tuple(self.gpu_of(r) for r in ranks)
+        if gpus not in self._cache:
+            self._cache[gpus] = Placement(gpus, sub_topology(self.topology, gpus))
+        return self._cache[gpus]
+
+
+# --- what to time ------------------------------------------------------------------------
+
+def _members_of(mix: Mix, comm: str, nranks: int, notes: set[str]) -> tuple[int, ...]:
+    info = mix.communicators.get(comm)
+    if info is not None and info.ranks and len(info.ranks) == nranks:
+        return tuple(info.ranks)
+    if nranks != mix.world_size:
+        notes.add(f"communicator {comm}: members unknown; assumed ranks 0..{nranks - 1}")
+    return tuple(range(nranks))
+
+
+def demand(mix: Mix, placer: Placer) -> tuple[dict[tuple[str, tuple[int, ...], int], list[float]], list[str]]:
+    """(collective, global ranks, bytes) -> [job calls per iteration, weight per iteration]."""
+    iters = per_iteration(mix)
+    out: dict[tuple[str, tuple[int, ...], int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    notes: set[str] = set()
+    skipped: dict[str, int] = defaultdict(int)
+    for j in mix.job_calls:
+        f = j.first
+        if f.bytes is None or f.bytes <= 0:
+            skipped["size unknown"] += 1
+            continue
+        if j.collective in P2P:
+            ends = _p2p_ends(j)
+            if ends is None:
+                skipped["Send/Recv with an unknown peer"] += 1
+                continue
+            key = ("broadcast", ends, f.bytes)
+        elif j.collective in _MODELED:
+            nranks = next((c.nranks for c in j.records if c.nranks), None) or \
+                (mix.communicators[j.communicator].nranks if j.communicator in mix.communicators else None)
+            if not nranks:
+                skipped["communicator size unknown"] += 1
+                continue
+            if nranks < 2:
+                continue
+            key = (j.collective, _members_of(mix, j.communicator, nranks, notes), f.bytes)
+        else:
+            skipped[f"{j.collective} is not modeled"] += 1
+            continue
+        weight = j.latency_us if mix.timed else float(f.bytes)
+        out[key][0] += 1 / iters
+        out[key][1] += (weight or 0.0) / iters
+    msgs = sorted(notes)
+    if any(j.collective in P2P for j in mix.job_calls):
+        msgs.append("Send/Recv pairs are timed as a two-rank broadcast from the sender")
+    if any(k[0] in ("broadcast", "reduce", "gather", "scatter") for k in out):
+        msgs.append("rooted collectives are timed with root 0 (traces do not record the root)")
+    for why, n in sorted(skipped.items()):
+        msgs.append(f"{n} job call(s) not modeled: {why}")
+    return dict(out), msgs
+
+
+def _p2p_ends(j) -> tuple[int, int] | None:
+    for c in j.records:
+        if c.rank is None or c.peer is None:
+            continue
+        return (c.rank, c.peer) if c.collective == "send" else (c.peer, c.rank)
+    return None
+
+
+def make_bands(sizes: dict[int, float], collective: str, nranks: int) -> list[Band]:
+    """Sizes (-> weight) split into bands of at most BAND_RATIO from smallest to largest;
+    the heaviest bands covering COVERAGE of the weight are marked covered."""
+    bands: list[Band] = []
+    for s in sorted(sizes):
+        if bands and s <= bands[-1].sizes[0] * BAND_RATIO:
+            bands[-1].sizes.append(s)
+            bands[-1].weight += sizes[s]
+        else:
+            bands.append(Band(collective, nranks, [s], sizes[s]))
+    total = sum(b.weight for b in bands)
+    acc = 0.0
+    for b in sorted(bands, key=lambda b: -b.weight):
+        if total > 0 and acc >= COVERAGE * total:
+            break
+        b.covered = True
+        acc += b.weight
+    return bands
+
+
+# --- timing ---------------------------------------------------------------------------------
+
+def _collective(name: str, nranks: int) -> Collective:
+    """The stdlib collective, as `collc compile --collective NAME` resolves it."""
+    from collc import frontend
+
+    return frontend.resolve_collective(name, nranks)
+
+
+def _baseline(topology: Topology, coll: Collective, size: int) -> tuple[str, float, Simulation]:
+    """The fastest stdlib algorithm, as `collc compile` reports baselines, and its simulation."""
+    from collc import frontend
+    from collc.driver import CompileJob, baselines_for
+
+    timed = [b for b in baselines_for(CompileJob(topology, coll, size)) if b.time_s is not None]
+    if not timed:
+        raise CollcError(f"no standard-library algorithm runs {coll.name} on {topology.name}")
+    best = min(timed, key=lambda b: b.time_s)
+    sched = frontend.instantiate_algorithm(best.name, topology, coll)
+    return best.name, best.time_s, simulate(sched, topology, size)
+
+
+def synthesize_band(band: Band, placement: Placement, for_library: bool, seconds: float) -> None:
+    """Synthesize the band's schedule at its heaviest size (sets band.schedule or band.error)."""
+    from collc.backends import BackendOptions, get_backend
+    from collc.driver import CompileJob, produce_schedule, schedule_for_backend
+
+    coll = _collective(band.collective, band.nranks)
+    pipeline = f"synthesize{{method=auto time_limit={seconds:g} progress=false}}"
+    job = CompileJob(placement.topology, coll, band.representative, pipeline=pipeline)
+    try:
+        if for_library:
+            unit, solver = schedule_for_backend(job, get_backend("msccl-xml"), BackendOptions())
+        else:
+            unit, solver = produce_schedule(job)
+    except CollcError as err:
+        band.error = err.message
+        return
+    band.unit, band.schedule, band.solver = unit, unit.schedule, solver
+
+
+def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None, for_library: bool = False,
+              seconds: float = SYNTH_SECONDS) -> ModelResult:
+    """Time the mix per iteration on `topology` (see the module docstring)."""
+    placer = Placer(topology, rank_map)
+    wanted, notes = demand(mix, placer)
+    timings: list[SizeTiming] = []
+    for (name, ranks, size), (calls, weight) in sorted(wanted.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        placement = placer.place(ranks)
+        coll = _collective(name, len(ranks))
+        base_name, base_s, base_sim = _baseline(placement.topology, coll, size)
+        bound = lower_bounds(placement.topology, coll, size).best_s
+        timings.append(SizeTiming(name, placement, size, calls, weight, base_s, base_name, bound,
+                                  baseline_sim=base_sim))
+    bands = _synthesize(timings, for_library, seconds)
+    result = ModelResult(topology.name, timings, bands, notes)
+    result.synthesis_seconds = sum((b.solver or {}).get("seconds", 0.0) for b in bands)
+    if not mix.iterations:
+        result.notes.append("no iterations detected: per-iteration figures are for the whole trace")
+    return result
+
+
+def _synthesize(timings: list[SizeTiming], for_library: bool, seconds: float) -> list[Band]:
+    """One schedule per covered band of every (collective, communicator size), synthesized
+    on the placement carrying most of the band's weight, and timed on every placement."""
+    groups: dict[tuple[str, int], list[SizeTiming]] = defaultdict(list)
+    for t in timings:
+        groups[(t.collective, len(t.placement.gpus))].append(t)
+    bands: list[Band] = []
+    for (name, nranks), ts in sorted(groups.items()):
+        per_size: dict[int, float] = defaultdict(float)
+        for t in ts:
+            per_size[t.size] += t.weight
+        for band in make_bands(per_size, name, nranks):
+            bands.append(band)
+            if not band.covered:
+                continue
+            members = [t for t in ts if t.size in band.sizes]
+            band.representative = max(band.sizes, key=lambda s: (per_size[s], s))
+            by_place: dict[tuple[int, ...], float] = defaultdict(float)
+            for t in members:
+                by_place[t.placement.gpus] += t.weight
+            home = max(members, key=lambda t: by_place[t.placement.gpus]).placement
+            synthesize_band(band, home, for_library, seconds)
+            if band.schedule is None:
+                continue
+            for t in members:
+                try:
+                    sim = simulate(band.schedule, t.placement.topology, t.size)
+                except CollcError:
+                    continue  # the schedule does not fit this placement's links: it keeps the baseline
+                t.collc_s, t.collc_sim = sim.time_s, sim
+            saving = sum((t.baseline_s - t.collc_s) * t.calls_per_iteration for t in members if t.collc_s is not None)
+            # The executor takes the band's file for every size in it, or NCCL for all of
+            # them: the band is used only when it saves time over all its sizes.
+            if saving > 0:
+                band.saving_s = saving
+                for t in members:
+                    t.uses_collc = t.collc_s is not None
+            # else: NCCL does as well or better; the band keeps the baseline and gets no file
+    return bands
+
