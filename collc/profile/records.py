@@ -57,3 +57,50 @@ class SourceSummary:
     def to_json(self) -> dict:
         return {"path": self.path, "format": self.format, "records": self.records,
                 "skipped": dict(sorted(self.skipped.items()))}
+
+
+@dataclass
+class CommunicatorInfo:
+    """A communicator (NCCL comm or PyTorch process group) as the traces describe it."""
+
+    id: str
+    nranks: int | None = None
+    ranks: tuple[int, ...] | None = None   # member global ranks, where known
+    name: str | None = None                # process-group name / description
+
+    def merge(self, nranks: int | None = None, ranks: tuple[int, ...] | None = None,
+              name: str | None = None) -> None:
+        """Fill what this record does not know yet from another file's view of it."""
+        if self.nranks is None and nranks is not None:
+            self.nranks = nranks
+        if self.ranks is None and ranks is not None:
+            self.ranks = tuple(ranks)
+            if self.nranks is None:
+                self.nranks = len(self.ranks)
+        if self.name is None and name is not None:
+            self.name = name
+
+
+@dataclass
+class TraceContext:
+    """What readers learn besides calls: world size, communicators and notes for the user.
+
+    One context is shared by every file of a `read_traces` call, so that what one rank's
+    file says about a communicator completes what another's said.
+    """
+
+    world_size: int | None = None
+    communicators: dict[str, CommunicatorInfo] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def communicator(self, comm_id: str, nranks: int | None = None,
+                     ranks: tuple[int, ...] | None = None, name: str | None = None) -> CommunicatorInfo:
+        info = self.communicators.get(comm_id)
+        if info is None:
+            info = self.communicators[comm_id] = CommunicatorInfo(comm_id)
+        info.merge(nranks, ranks, name)
+        return info
+
+    def saw_world_size(self, n: int | None) -> None:
+        if n is not None and (self.world_size is None or n > self.world_size):
+            self.world_size = n
