@@ -59,6 +59,8 @@ class ChromeTrace:
         self._line_base = 0
         self._data = b""
         self._lines_known = True
+        self._counted: tuple[int, int] = (0, 0)
+        self._counted_data: bytes | None = None
 
     # -- locations ---------------------------------------------------------------------
 
@@ -71,8 +73,14 @@ class ChromeTrace:
 
     def _line_of_last_event(self) -> int:
         if self._event_line == 0 and self._lines_known:
-            start = self.event_offset - self._data_offset
-            self._event_line = self._line_base + self._data.count(b"\n", 0, max(start, 0)) + 1
+            start = max(self.event_offset - self._data_offset, 0)
+            # Count newlines from the last place counted in this buffer: events come in order.
+            from_pos, from_line = self._counted
+            if self._counted_data is not self._data or from_pos > start:
+                from_pos, from_line = 0, self._line_base
+            line = from_line + self._data.count(b"\n", from_pos, start)
+            self._counted, self._counted_data = (start, line), self._data
+            self._event_line = line + 1
         return self._event_line or 1
 
     def _error(self, message: str, offset: int, data: bytes | None = None, data_offset: int = 0,

@@ -39,7 +39,12 @@ class CollectiveCall:
     algorithm: str | None = None     # NCCL's choice where logged (Ring, Tree, ...)
     protocol: str | None = None      # LL, LL128, Simple
     group_ranks: tuple[int, ...] | None = None  # member global ranks, where known
-    named_by: str = "metadata"       # "metadata", "log", or "launch-op" (named by the nccl:* op)
+    named_by: str = "metadata"       # "metadata", "log", "launch-op" (named by the nccl:* op)
+    #                                  or "kernel-name" (an NCCL kernel with nothing else)
+    in_bytes: int | None = None      # this rank's send buffer, as recorded
+    out_bytes: int | None = None     # this rank's receive buffer, as recorded
+    # `bytes` stays None where it needs the communicator size and that is unknown (an
+    # AllGather named by its launching op: in_bytes x nranks); in/out_bytes then say what is known.
 
 
 @dataclass
