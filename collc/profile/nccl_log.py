@@ -48,23 +48,31 @@ COLLECTIVE_OPS = {
 _PER_RANK = {"allgather": (1, "n"), "gather": (1, "n"), "reducescatter": ("n", 1),
              "scatter": ("n", 1), "alltoall": ("n", "n")}
 
+# Every line of interest. The pattern starts with a literal, so the regex engine jumps from
+# one "NCCL INFO " to the next with a fast search; the prefix before it is taken separately.
 _LINE = re.compile(
-    rb"^(?P<pre>[^\n]*?)NCCL INFO (?:"
+    rb"NCCL INFO (?:"
     # COLL: <Op>: opCount <hex> sendbuff <p> recvbuff <p> [acc <p>] count <n> datatype <d>
     #       op <o> root <r> comm <p> [nranks=<n>] stream <p> [task <t> globalrank <g>]
     rb"(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+"
     rb"(?: acc \S+)? count (?P<count>\d+) datatype (?P<dtype>\d+) op (?P<redop>\d+)"
     rb" root (?P<root>-?\d+) comm (?P<comm>\S+)(?: \[nranks=(?P<nranks>\d+)\])?"
     rb"(?: stream (?P<stream>\S+))?(?: task (?P<task>\d+) globalrank (?P<grank>\d+))?"
-    rb"(?P<collrest>[^\n]*)"
+    rb"[^\n]*"
     # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
     rb"|(?:(?P<top>[A-Za-z]+): )?(?P<tbytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)[^\n]*"
     # INIT: ... comm 0x.. rank R nranks N ... [busId B] ... [commId 0x..]
-    rb"|(?P<initpre>[^\n]*?)comm (?P<icomm>0x[0-9a-fA-F]+) rank (?P<irank>\d+) n[Rr]anks (?P<inranks>\d+)"
+    rb"|(?:\w+ )?comm (?P<icomm>0x[0-9a-fA-F]+) rank (?P<irank>\d+) n[Rr]anks (?P<inranks>\d+)"
     rb"(?P<initrest>[^\n]*)"
     # A line that starts like a COLL line but matched none of the above.
-    rb"|(?P<bad>[A-Za-z]+: opCount[^\n]*)"
-    rb")$", re.M)
+    rb"|(?P<bad>[A-Za-z]+: opCount)[^\n]*"
+    rb")")
+# Group numbers of _LINE, for reading a match's groups() tuple without name lookups.
+_G = {name: index - 1 for name, index in _LINE.groupindex.items()}
+_OP, _OPCOUNT, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
+    _G[n] for n in ("op", "opcount", "count", "dtype", "root", "comm", "nranks", "grank"))
+_TOP, _TBYTES, _ALGO, _PROTO = (_G[n] for n in ("top", "tbytes", "algo", "proto"))
+_ICOMM, _IRANK, _INRANKS, _INITREST = (_G[n] for n in ("icomm", "irank", "inranks", "initrest"))
 
 _PROCESS = re.compile(rb"(?P<host>[^\s:\]\[()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] $")
 _RANK_PREFIX = re.compile(rb"\[(?:rank|Rank)\s*(?P<rank>\d+)\]|\brank(?P<rank2>\d+)\]?:")
@@ -84,7 +92,11 @@ class _State:
         # line ("...  -1mew0:64904:64904 [0] NCCL INFO AllReduce: ..."), so it is unreliable.
         self.comms: dict[tuple[bytes, bytes], tuple[int, int, str | None]] = {}
         self.pending: dict[tuple[bytes, bytes], list[dict]] = defaultdict(list)
+        # pid -> (nranks, rank) of its largest communicator: the process's global rank.
+        self.process_rank: dict[bytes, tuple[int, int]] = {}
         self.first_bad: int | None = None
+        self.shapes: dict[tuple, object] = {}     # see _coll_line
+        self.ready: list[CollectiveCall] = []      # calls no TUNING line will complete
         self.process_local_comms = 0
 
 
@@ -94,9 +106,11 @@ def read_nccl_log(source: TraceSource, summary: SourceSummary, context: TraceCon
     with source.open() as f:
         for data, line_base in _chunks(f, source):
             yield from _scan(data, line_base, state)
+    out: list[CollectiveCall] = []
     for calls in state.pending.values():
-        yield from _emit(calls, state)
+        _emit(calls, state, out)
     state.pending.clear()
+    yield from out
     if state.first_bad is not None:
         bad = summary.skipped.get("COLL line in no known format", 0)
         if summary.records == 0:
@@ -137,28 +151,44 @@ def _chunks(f: BinaryIO, source: TraceSource) -> Iterator[tuple[bytes, int]]:
         rest = data[cut:]
 
 
-def _scan(data: bytes, line_base: int, state: _State) -> Iterator[CollectiveCall]:
+def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
+    """The calls of one chunk whose TUNING line (if any) has been seen."""
+    out: list[CollectiveCall] = []
     pos, line = 0, line_base
+    rfind, count = data.rfind, data.count
     for m in _LINE.finditer(data):
-        line += data.count(b"\n", pos, m.start())
-        pos = m.start()
-        if m.group("op") is not None:
-            _coll_line(m, line + 1, state)
-        elif m.group("tbytes") is not None:
-            yield from _tuning_line(m, state)
-        elif m.group("icomm") is not None:
-            _init_line(m, state)
+        start = m.start()
+        line_start = rfind(b"\n", 0, start) + 1
+        line += count(b"\n", pos, line_start)
+        pos = line_start
+        g = m.groups()
+        pre = data[line_start:start]
+        if g[_OP] is not None:
+            _coll_line(g, pre, line + 1, state)
+        elif g[_TBYTES] is not None:
+            _tuning_line(g, pre, state, out)
+        elif g[_ICOMM] is not None:
+            _init_line(g, pre, state)
         else:
             state.summary.skip("COLL line in no known format")
             if state.first_bad is None:
                 state.first_bad = line + 1
-        pending = state.pending
-        if len(pending) > 4096 or any(len(v) > 512 for v in pending.values()):
-            yield from _flush_oldest(state)
+        if len(state.pending) > 64:
+            _flush(state, out)
+    if state.ready:
+        out.extend(state.ready)
+        state.ready.clear()
+    return out
+
+
+_prefix_cache: dict[bytes, tuple[bytes, bytes, bytes, int | None, float | None]] = {}
 
 
 def _process(pre: bytes) -> tuple[bytes, bytes, bytes, int | None, float | None]:
     """(host, pid, tid, rank from a launcher prefix, timestamp in us) of a line's prefix."""
+    cached = _prefix_cache.get(pre)
+    if cached is not None:
+        return cached
     p = _PROCESS.search(pre)
     host, pid, tid = (p.group("host"), p.group("pid"), p.group("tid")) if p else (b"", b"", b"")
     rank = None
@@ -177,62 +207,89 @@ def _process(pre: bytes) -> tuple[bytes, bytes, bytes, int | None, float | None]
             seconds = calendar.timegm(time.strptime((t.group("date") + b" " + t.group("time")).decode(),
                                                     "%Y-%m-%d %H:%M:%S"))
             ts = seconds * 1e6 + (float(t.group("frac")) * 1e6 if t.group("frac") else 0.0)
-    return host, pid, tid, rank, ts
+    result = (host, pid, tid, rank, ts)
+    if ts is None:                           # prefixes with a timestamp never repeat
+        if len(_prefix_cache) > 100_000:
+            _prefix_cache.clear()
+        _prefix_cache[pre] = result
+    return result
 
 
 def _host_name(host: bytes) -> str:
     return host.decode(errors="replace")
 
 
-def _init_line(m: re.Match, state: _State) -> None:
-    host, pid, _tid, _rank, _ts = _process(m.group("pre"))
-    rest = m.group("initrest")
-    cid = _COMM_ID.search(rest)
+def _init_line(g: tuple, pre: bytes, state: _State) -> None:
+    host, pid, _tid, _rank, _ts = _process(pre)
+    cid = _COMM_ID.search(g[_INITREST])
     comm_id = cid.group("id").decode() if cid else None
-    nranks = int(m.group("inranks"))
-    key = (pid, m.group("icomm"))
+    nranks = int(g[_INRANKS])
+    key = (pid, g[_ICOMM])
     before = state.comms.get(key)
     if comm_id is None and before is not None:
         comm_id = before[2]          # "Destroy COMPLETE" lines repeat the comm without commId
-    state.comms[key] = (int(m.group("irank")), nranks, comm_id)
+    rank = int(g[_IRANK])
+    state.comms[key] = (rank, nranks, comm_id)
+    state.shapes.clear()
+    if nranks > state.process_rank.get(pid, (0, 0))[0]:
+        state.process_rank[pid] = (nranks, rank)
     state.context.saw_world_size(nranks)
     if comm_id is not None:
         state.context.communicator(comm_id, nranks)
 
 
-def _coll_line(m: re.Match, line: int, state: _State) -> None:
-    op = m.group("op")
-    coll = COLLECTIVE_OPS.get(op)
-    if coll is None:
-        state.summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
-        return
-    dtype_code = int(m.group("dtype"))
-    dtype, size = DATATYPES.get(dtype_code, (f"datatype {dtype_code}", None))
-    pre = m.group("pre")
+def _coll_line(g: tuple, pre: bytes, line: int, state: _State) -> None:
     host, pid, tid, rank, ts = _process(pre)
-    comm_ptr = m.group("comm")
+    comm_ptr = g[_COMM]
+    # Everything that depends only on the comm and the call's shape is computed once.
+    key = (pid, comm_ptr, g[_OP], g[_COUNT], g[_DTYPE], g[_NRANKS], g[_GRANK], rank)
+    shape = state.shapes.get(key)
+    if shape is None:
+        shape = state.shapes[key] = _shape(g, host, pid, comm_ptr, rank, state)
+        if len(state.shapes) > 100_000:
+            state.shapes.clear()
+    if shape is _UNKNOWN_OP:
+        state.summary.skip(f"COLL line of an unknown operation ({g[_OP].decode(errors='replace')})")
+        return
+    coll, rank, communicator, nranks, dtype, count, nbytes, in_b, out_b = shape
+    root = int(g[_ROOT]) if coll in ("send", "recv") else None
+    calls = state.pending[(pid, tid)]
+    calls.append(CollectiveCall(state.source.name, f"line {line}", coll, rank, communicator, nranks,
+                                dtype, count, nbytes, int(g[_OPCOUNT], 16), ts, None, root, None,
+                                None, None, "log", in_b, out_b))
+    if len(calls) > 512:               # no TUNING lines in this log: do not hold calls back
+        state.summary.records += len(calls)
+        state.ready.extend(calls)
+        calls.clear()
+
+
+_UNKNOWN_OP = object()
+
+
+def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None, state: _State):
+    coll = COLLECTIVE_OPS.get(g[_OP])
+    if coll is None:
+        return _UNKNOWN_OP
+    dtype_code = int(g[_DTYPE])
+    dtype, size = DATATYPES.get(dtype_code, (f"datatype {dtype_code}", None))
     known = state.comms.get((pid, comm_ptr))
-    nranks = int(m.group("nranks")) if m.group("nranks") else (known[1] if known else None)
-    if m.group("grank") is not None:
-        rank = int(m.group("grank"))
-    elif known is not None and rank is None:
-        rank = known[0]
+    nranks = int(g[_NRANKS]) if g[_NRANKS] is not None else (known[1] if known else None)
+    if g[_GRANK] is not None:
+        rank = int(g[_GRANK])
+    elif rank is None:
+        # A comm-local rank is the global one only in the process's largest communicator.
+        largest = state.process_rank.get(pid)
+        rank = largest[1] if largest is not None else (known[0] if known else None)
     if known is not None and known[2] is not None:
         communicator = known[2]
     else:
         communicator = f"{_host_name(host)}:{pid.decode()}:{comm_ptr.decode()}"
         if communicator not in state.context.communicators:
             state.process_local_comms += 1
-        state.context.communicator(communicator, nranks)
-    count = int(m.group("count"))
+            state.context.communicator(communicator, nranks)
+    count = int(g[_COUNT])
     in_b, out_b, nbytes = _sizes(coll, count, size, nranks)
-    root = int(m.group("root"))
-    call = dict(source=state.source.name, location=f"line {line}", collective=coll, rank=rank,
-                communicator=communicator, nranks=nranks, dtype=dtype, count=count, bytes=nbytes,
-                seq=int(m.group("opcount"), 16), start_us=ts, duration_us=None,
-                peer=root if coll in ("send", "recv") else None, named_by="log",
-                in_bytes=in_b, out_bytes=out_b)
-    state.pending[(pid, tid)].append(call)
+    return coll, rank, communicator, nranks, dtype, count, nbytes, in_b, out_b
 
 
 def _sizes(coll: str, count: int, size: int | None, nranks: int | None
@@ -254,32 +311,28 @@ def _sizes(coll: str, count: int, size: int | None, nranks: int | None
     return in_b, out_b, in_b     # reducescatter, scatter, alltoall: the send buffer
 
 
-def _tuning_line(m: re.Match, state: _State) -> Iterator[CollectiveCall]:
+def _tuning_line(g: tuple, pre: bytes, state: _State, out: list[CollectiveCall]) -> None:
     """Algorithm and protocol for the calls this thread has just logged (same op and size)."""
-    host, pid, tid, _rank, _ts = _process(m.group("pre"))
+    host, pid, tid, _rank, _ts = _process(pre)
     calls = state.pending.pop((pid, tid), None)
     if not calls:
         state.summary.skip("TUNING line with no COLL line before it")
         return
-    top = m.group("top")
-    coll = COLLECTIVE_OPS.get(top) if top else None
-    nbytes = int(m.group("tbytes"))
-    algo, proto = m.group("algo").decode(), m.group("proto").decode()
+    coll = COLLECTIVE_OPS.get(g[_TOP]) if g[_TOP] else None
+    nbytes = int(g[_TBYTES])
+    algo, proto = g[_ALGO].decode(), g[_PROTO].decode()
     for call in calls:
-        if call.get("algorithm"):
-            continue
-        if (coll is None or call["collective"] == coll) and call["bytes"] in (nbytes, None):
-            call["algorithm"], call["protocol"] = algo, proto
-    yield from _emit(calls, state)
+        if call.algorithm is None and (coll is None or call.collective == coll) and call.bytes in (nbytes, None):
+            call.algorithm, call.protocol = algo, proto
+    _emit(calls, state, out)
 
 
-def _flush_oldest(state: _State) -> Iterator[CollectiveCall]:
-    for key in list(state.pending):
-        calls = state.pending.pop(key)
-        yield from _emit(calls, state)
+def _flush(state: _State, out: list[CollectiveCall]) -> None:
+    for calls in state.pending.values():
+        _emit(calls, state, out)
+    state.pending.clear()
 
 
-def _emit(calls: list[dict], state: _State) -> Iterator[CollectiveCall]:
+def _emit(calls: list[CollectiveCall], state: _State, out: list[CollectiveCall]) -> None:
     state.summary.records += len(calls)
-    for call in calls:
-        yield CollectiveCall(**call)
+    out.extend(calls)
