@@ -70,9 +70,9 @@ def collective_from_c10d(name: str) -> str | None:
 def nccl_tests_bytes(collective: str, in_bytes: int | None, out_bytes: int | None) -> int | None:
     """nccl-tests' size (reference section 4) from a call's input and output buffer sizes."""
     if collective in ("allgather", "gather"):
-        return out_bytes if out_bytes is not None else in_bytes
+        return out_bytes                   # in_bytes is one rank's part
     if collective in ("reducescatter", "scatter", "alltoall"):
-        return in_bytes if in_bytes is not None else out_bytes
+        return in_bytes
     if collective == "recv":
         return out_bytes if out_bytes is not None else in_bytes
     return in_bytes if in_bytes is not None else out_bytes
