@@ -299,6 +299,7 @@ class ChromeTrace:
                      line_base: int) -> tuple[dict[str, Any], int, int]:
         """The event in data[start:end], widened across `},{` cuts inside it until it parses."""
         reason = ""
+        first_start = start
         for _ in range(_MAX_JOINS):
             piece = data[start:end]
             balance = piece.count(b"{") - piece.count(b"}")
@@ -317,8 +318,8 @@ class ChromeTrace:
                 start = self._event_start(data, start - 2, lo)
             else:
                 break
-        if self._array_closes_at(data, start):
-            raise _ArrayEnds(start)
+        if self._array_closes_at(data, first_start):
+            raise _ArrayEnds(first_start)
         raise self._error(f"malformed trace event{reason}", data_offset + start, data, data_offset,
                           line_base)
 
