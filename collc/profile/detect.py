@@ -21,6 +21,7 @@ from typing import BinaryIO, Callable
 from ..diagnostics import CollcError, Span
 
 HEAD_BYTES = 1 << 16
+LOG_SCAN_BYTES = 16 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 
 _NCCL_LOG_LINE = re.compile(rb"NCCL (INFO|WARN|TRACE)\b")
@@ -75,29 +76,35 @@ def detect_bytes(head: bytes) -> str | None:
     if len(head) > 262 and head[257:262] == b"ustar":
         return "tar"
     stripped = head.lstrip()
+    fmt = None
     if stripped[:1] == b"{":
-        first_line = stripped.split(b"\n", 1)[0]
-        if _INSPECTOR_KEYS.search(first_line):
-            return "nccl-inspector"
-        if b'"traceEvents"' in head or b'"deviceProperties"' in head or b'"schemaVersion"' in head:
-            return "kineto"
-        if re.search(rb'"schema"\s*:\s*"[^"]*"', head) and b'"nodes"' in head:
-            return "chakra-json"
-        if b'"workload_graph"' in head:
-            return "chakra-json"
-        if _INSPECTOR_KEYS.search(head):
-            return "nccl-inspector"
-        return None
-    if stripped[:1] == b"[":
+        fmt = _json_object_format(stripped, head)
+    elif stripped[:1] == b"[":
         if _PROFILER_CATS.search(head):
-            return "nccl-profiler"
-        if b'"ph"' in head:
-            return "kineto"   # a bare Chrome-trace event array
-        return None
+            fmt = "nccl-profiler"
+        elif b'"ph"' in head:
+            fmt = "kineto"   # a bare Chrome-trace event array
+    if fmt is not None:
+        return fmt
     if _NCCL_LOG_LINE.search(head):
         return "nccl-log"
     if _looks_like_chakra_et(head):
         return "chakra-et"
+    return None
+
+
+def _json_object_format(stripped: bytes, head: bytes) -> str | None:
+    first_line = stripped.split(b"\n", 1)[0]
+    if _INSPECTOR_KEYS.search(first_line):
+        return "nccl-inspector"
+    if b'"traceEvents"' in head or b'"deviceProperties"' in head or b'"schemaVersion"' in head:
+        return "kineto"
+    if re.search(rb'"schema"\s*:\s*"[^"]*"', head) and b'"nodes"' in head:
+        return "chakra-json"
+    if b'"workload_graph"' in head:
+        return "chakra-json"
+    if _INSPECTOR_KEYS.search(head):
+        return "nccl-inspector"
     return None
 
 
@@ -121,6 +128,10 @@ def detect(source: TraceSource | str | Path) -> str:
         source = TraceSource.file(source)
     head = read_head(source)
     fmt = detect_bytes(head)
+    if fmt is None and len(head) == HEAD_BYTES and b"\0" not in head:
+        # A text file whose first NCCL line comes after much other output.
+        if _NCCL_LOG_LINE.search(read_head(source, LOG_SCAN_BYTES)):
+            fmt = "nccl-log"
     if fmt is None:
         raise CollcError("not a trace format collc reads (NCCL debug log, Kineto/Chrome trace, "
                          "Chakra trace, NCCL profiler or Inspector output)", Span(source.name, 1, 1))

@@ -277,9 +277,13 @@ def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None,
     if g[_GRANK] is not None:
         rank = int(g[_GRANK])
     elif rank is None:
-        # A comm-local rank is the global one only in the process's largest communicator.
+        # A comm-local rank is the global one only in a communicator as large as any of
+        # the process's (one process may drive several GPUs, each a rank of that size).
         largest = state.process_rank.get(pid)
-        rank = largest[1] if largest is not None else (known[0] if known else None)
+        if known is not None and (largest is None or known[1] >= largest[0]):
+            rank = known[0]
+        elif largest is not None:
+            rank = largest[1]
     if known is not None and known[2] is not None:
         communicator = known[2]
     else:
