@@ -13,7 +13,8 @@ NCCL Inspector (NCCL >= 2.28.3) writes one JSON object per line, one per collect
 communicator: `coll`, `coll_sn`, `coll_msg_size_bytes`, `coll_exec_time_us`, the timing
 source, algorithm and bus bandwidth, and a header with the communicator's id, rank and size
 (at the top level or under `header`/`coll_perf`). `coll_msg_size_bytes` is count x element
-size in NCCL's meaning of count (one rank's part for AllGather and ReduceScatter).
+size in NCCL's meaning of count: one rank's part for AllGather and ReduceScatter (the
+Inspector's own algobw for ReduceScatter is msg size x n_ranks / time).
 """
 
 from __future__ import annotations
@@ -173,21 +174,41 @@ def _find(obj: dict, *keys: str) -> Any:
 
 def read_inspector(source: TraceSource, summary: SourceSummary, context: TraceContext
                    ) -> Iterator[CollectiveCall]:
+    """One object per line (JSON lines), or pretty-printed objects one after another as
+    the Inspector README shows them."""
+    parts: list[bytes] = []
+    depth = 0
+    start_line = 0
     with source.open() as f:
         for number, raw in _lines(f, source.name):
             text = raw.strip()
-            if not text:
+            if not text and not parts:
                 continue
-            try:
-                obj = orjson.loads(text)
-            except orjson.JSONDecodeError as e:
-                raise CollcError(f"malformed NCCL Inspector line: {e}", Span(source.name, number, 1)) from None
-            if not isinstance(obj, dict):
-                raise CollcError("NCCL Inspector line is not a JSON object", Span(source.name, number, 1))
-            call = _inspector_call(obj, number, source, summary, context)
+            if not parts:
+                start_line = number
+            parts.append(text)
+            depth += text.count(b"{") - text.count(b"}")
+            if depth > 0:
+                continue
+            obj = _inspector_object(b"".join(parts), source, start_line)
+            parts, depth = [], 0
+            call = _inspector_call(obj, start_line, source, summary, context)
             if call is not None:
                 summary.records += 1
                 yield call
+    if parts:
+        raise CollcError("truncated NCCL Inspector output: the last object is not closed",
+                         Span(source.name, start_line, 1))
+
+
+def _inspector_object(text: bytes, source: TraceSource, line: int) -> dict:
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise CollcError(f"malformed NCCL Inspector record: {e}", Span(source.name, line, 1)) from None
+    if not isinstance(obj, dict):
+        raise CollcError("NCCL Inspector record is not a JSON object", Span(source.name, line, 1))
+    return obj
 
 
 def _inspector_call(obj: dict, line: int, source: TraceSource, summary: SourceSummary,
