@@ -1,0 +1,208 @@
+"""Reading traces: collc's streaming readers against HolisticTraceAnalysis, side by side.
+
+Kineto: a large trace is built by replicating the events of a real sample (the HTA
+`df_index_resolver` trace, 54 MB, 216k events) N times, each copy's timestamps shifted
+past the previous copy and its correlation / External ids offset, so the result is a
+consistent trace (N x 2020 NCCL kernels, each still matched to its launch). It is
+written uncompressed to a temporary directory and read, each in its own process so that
+peak memory is per reader, by:
+  - collc: `read_traces` (the NCCL calls, what `collc profile` needs);
+  - collc: `iter_events` over every event (all 216k x N parsed into dicts);
+  - HTA: `Trace(...).load_traces(use_multiprocessing=False)` in a separate Python
+    (HTA is not a collc dependency: pass its interpreter with --hta-python).
+Each reports its own time (after imports) and peak RSS; the parent reports wall time.
+
+NCCL logs: a log built by replicating the lines of the real 2.27.7 all_reduce_perf log
+(990 COLL, 495 TUNING, INIT and other lines), read with `read_traces`: MB/s.
+
+    python3 bench/bench_profile_read.py --hta-python /tmp/htavenv/bin/python \
+        [--copies 1 4 20] [--log-copies 300] [--out bench/results/profile_read.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / ".." / "shared" / "data"
+KINETO_SAMPLE = DATA / "traces" / "hta__df_index_resolver__df_index_resolver.json.gz"
+LOG_SAMPLE = DATA / "nccl-logs" / "nccl-tests__Timez-zx_all_reduce_perf_2xA100_nccl-2.27.7.log"
+
+_TS = re.compile(rb'("ts": )(\d+)')
+_IDS = re.compile(rb'("(?:correlation|External id)": )(\d+)')
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+# Run in a child process: prints {"seconds", "peak_rss_mib", ...} as JSON. Peak memory is
+# VmHWM: unlike ru_maxrss it starts afresh at exec, not at the parent's size at fork.
+PEAK = """
+def peak_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+"""
+COLLC_CALLS = PEAK + """
+import json, sys, time
+from collc.profile.sources import read_traces
+t = time.perf_counter()
+ts = read_traces([sys.argv[1]])
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "calls": len(ts.calls),
+                  "peak_rss_mib": peak_mib()}))
+"""
+COLLC_EVENTS = PEAK + """
+import json, sys, time
+from collc.profile.chrome import iter_events
+t = time.perf_counter()
+n = sum(1 for _ in iter_events(sys.argv[1]))
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "events": n,
+                  "peak_rss_mib": peak_mib()}))
+"""
+HTA_LOAD = PEAK + """
+import json, logging, os, sys, time
+logging.disable(logging.CRITICAL)
+from hta.common.trace import Trace
+path = sys.argv[1]
+t = time.perf_counter()
+trace = Trace(trace_files={0: os.path.basename(path)}, trace_dir=os.path.dirname(path))
+trace.load_traces(use_multiprocessing=False, use_memory_profiling=False)
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "events": int(len(trace.traces[0])),
+                  "peak_rss_mib": peak_mib()}))
+"""
+
+
+def build_kineto(copies: int, out: Path) -> dict:
+    """The sample's events `copies` times over, as one uncompressed Kineto trace."""
+    text = gzip.open(KINETO_SAMPLE).read()
+    m = _EVENTS_KEY.search(text)
+    end = text.rindex(b"]")               # the sample's tail is `]`, traceName, `}`
+    header, events, tail = text[:m.end()], text[m.end():end].rstrip(), text[end:]
+    ts_values = [int(v) for _, v in _TS.findall(events)]
+    span = max(ts_values) - min(ts_values) + 1_000_000
+    id_step = 10 ** (len(str(max(int(v) for _, v in _IDS.findall(events)))) + 1)
+    with open(out, "wb") as f:
+        f.write(header)
+        for k in range(copies):
+            if k:
+                f.write(b",")
+                shifted = _TS.sub(lambda mm: mm.group(1) + str(int(mm.group(2)) + k * span).encode(), events)
+                shifted = _IDS.sub(lambda mm: mm.group(1) + str(int(mm.group(2)) + k * id_step).encode(), shifted)
+                f.write(shifted)
+            else:
+                f.write(events)
+        f.write(b"\n  " + tail)
+    return {"copies": copies, "bytes": out.stat().st_size}
+
+
+def build_log(copies: int, out: Path) -> dict:
+    lines = LOG_SAMPLE.read_bytes()
+    with open(out, "wb") as f:
+        for _ in range(copies):
+            f.write(lines)
+    return {"copies": copies, "bytes": out.stat().st_size}
+
+
+def run_child(python: str, code: str, path: Path, env: dict | None = None) -> dict:
+    t = time.perf_counter()
+    proc = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True,
+                          env=env, check=False)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
+                "wall_seconds": wall}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["wall_seconds"] = wall
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hta-python", help="a Python with HolisticTraceAnalysis installed")
+    ap.add_argument("--copies", type=int, nargs="+", default=[1, 4, 20],
+                    help="Kineto sizes, as copies of the 54 MB sample (20 = 1.0 GiB)")
+    ap.add_argument("--log-copies", type=int, default=300, help="copies of the 389 kB log")
+    ap.add_argument("--skip-hta-above", type=int, default=10**9,
+                    help="do not run HTA on traces of more copies than this")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "profile_read.json"))
+    ap.add_argument("--tmp", default=None, help="where to build the large files")
+    args = ap.parse_args()
+
+    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                 "loadavg_at_start": os.getloadavg()},
+                     "kineto": [], "nccl_log": None}
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        for copies in args.copies:
+            path = Path(tmp) / f"kineto_x{copies}.json"
+            info = build_kineto(copies, path)
+            row = {"trace": info, "collc_calls": run_child(sys.executable, COLLC_CALLS, path),
+                   "collc_all_events": run_child(sys.executable, COLLC_EVENTS, path)}
+            if args.hta_python and copies <= args.skip_hta_above:
+                row["hta_load"] = run_child(args.hta_python, HTA_LOAD, path)
+                hta = row["hta_load"]
+                if "seconds" in hta:
+                    row["speedup_vs_hta"] = {
+                        "collc_calls": hta["seconds"] / row["collc_calls"]["seconds"],
+                        "collc_all_events": hta["seconds"] / row["collc_all_events"]["seconds"],
+                        "collc_calls_wall": hta["wall_seconds"] / row["collc_calls"]["wall_seconds"]}
+            results["kineto"].append(row)
+            print(json.dumps(row), flush=True)
+            path.unlink()
+        log = Path(tmp) / "nccl.log"
+        info = build_log(args.log_copies, log)
+        run = run_child(sys.executable, COLLC_CALLS, log)
+        run["mb_per_s"] = info["bytes"] / 1e6 / run["seconds"] if "seconds" in run else None
+        results["nccl_log"] = {"log": info, "collc": run}
+        print(json.dumps(results["nccl_log"]), flush=True)
+    results["machine"]["loadavg_at_end"] = os.getloadavg()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(results))
+    print(markdown(results))
+    return 0
+
+
+def markdown(results: dict) -> str:
+    rows = ["| trace | events | reader | time (s) | peak RSS (MiB) | HTA time / this |",
+            "|---|---|---|---|---|---|"]
+    for row in results["kineto"]:
+        size = f"{row['trace']['bytes'] / 2**20:,.0f} MiB"
+        hta = row.get("hta_load", {})
+        events = hta.get("events") or row["collc_all_events"].get("events")
+        for name, key in (("collc read_traces (NCCL calls)", "collc_calls"),
+                          ("collc iter_events (every event)", "collc_all_events"),
+                          ("HTA 0.5 Trace.load_traces", "hta_load")):
+            r = row.get(key)
+            if not r:
+                continue
+            if "seconds" not in r:
+                rows.append(f"| {size} | {events} | {name} | failed: {r.get('error')} | | |")
+                continue
+            ratio = hta["seconds"] / r["seconds"] if "seconds" in hta else None
+            rows.append(f"| {size} | {events:,} | {name} | {r['seconds']:.2f} | {r['peak_rss_mib']:,.0f} | "
+                        f"{'' if ratio is None else f'{ratio:.1f}x'} |")
+    log = results["nccl_log"]
+    rows += ["", "| NCCL log | COLL lines | time (s) | MB/s |", "|---|---|---|---|",
+             f"| {log['log']['bytes'] / 1e6:,.0f} MB ({log['log']['copies']} copies of the 2.27.7 log) | "
+             f"{log['collc'].get('calls', 0):,} | {log['collc'].get('seconds', float('nan')):.2f} | "
+             f"{log['collc'].get('mb_per_s') or float('nan'):.0f} |"]
+    m = results["machine"]
+    rows += ["", f"Python {m['python']}, {m['cpus']} CPUs, load average {m['loadavg_at_start'][0]:.1f} "
+             f"at start and {m.get('loadavg_at_end', [float('nan')])[0]:.1f} at end (a shared machine: "
+             "compare ratios, not times)."]
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
