@@ -96,7 +96,6 @@ class _State:
         self.process_rank: dict[bytes, tuple[int, int]] = {}
         self.first_bad: int | None = None
         self.shapes: dict[tuple, object] = {}     # see _coll_line
-        self.ready: list[CollectiveCall] = []      # calls no TUNING line will complete
         self.process_local_comms = 0
 
 
@@ -156,6 +155,7 @@ def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
     out: list[CollectiveCall] = []
     pos, line = 0, line_base
     rfind, count = data.rfind, data.count
+    shapes, pending, name = state.shapes, state.pending, state.source.name
     for m in _LINE.finditer(data):
         start = m.start()
         line_start = rfind(b"\n", 0, start) + 1
@@ -163,8 +163,29 @@ def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
         pos = line_start
         g = m.groups()
         pre = data[line_start:start]
-        if g[_OP] is not None:
-            _coll_line(g, pre, line + 1, state)
+        op = g[_OP]
+        if op is not None:
+            # The hot path (most lines of a COLL log): what depends only on the prefix, the
+            # comm and the call's shape is worked out once per distinct combination.
+            key = (pre, op, g[_COUNT], g[_DTYPE], g[_COMM], g[_NRANKS], g[_GRANK])
+            shape = shapes.get(key)
+            if shape is None:
+                if len(shapes) > 100_000:
+                    shapes.clear()
+                shape = shapes[key] = _coll_shape(g, pre, state)
+            if shape is _UNKNOWN_OP:
+                state.summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
+                continue
+            thread, ts, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, p2p = shape
+            calls = pending[thread]
+            calls.append(CollectiveCall(name, f"line {line + 1}", coll, rank, comm, nranks, dtype, n,
+                                        nbytes, int(g[_OPCOUNT], 16), ts, None,
+                                        int(g[_ROOT]) if p2p else None, None, None, None, "log",
+                                        in_b, out_b))
+            if len(calls) > 512:       # no TUNING lines in this log: do not hold calls back
+                state.summary.records += len(calls)
+                out.extend(calls)
+                calls.clear()
         elif g[_TBYTES] is not None:
             _tuning_line(g, pre, state, out)
         elif g[_ICOMM] is not None:
@@ -173,11 +194,8 @@ def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
             state.summary.skip("COLL line in no known format")
             if state.first_bad is None:
                 state.first_bad = line + 1
-        if len(state.pending) > 64:
+        if len(pending) > 64:
             _flush(state, out)
-    if state.ready:
-        out.extend(state.ready)
-        state.ready.clear()
     return out
 
 
@@ -238,29 +256,14 @@ def _init_line(g: tuple, pre: bytes, state: _State) -> None:
         state.context.communicator(comm_id, nranks)
 
 
-def _coll_line(g: tuple, pre: bytes, line: int, state: _State) -> None:
+def _coll_shape(g: tuple, pre: bytes, state: _State) -> tuple | object:
+    """(thread, timestamp, collective, rank, communicator, nranks, dtype, count, bytes,
+    in_bytes, out_bytes, is point-to-point) of a COLL line, or _UNKNOWN_OP."""
     host, pid, tid, rank, ts = _process(pre)
-    comm_ptr = g[_COMM]
-    # Everything that depends only on the comm and the call's shape is computed once.
-    key = (pid, comm_ptr, g[_OP], g[_COUNT], g[_DTYPE], g[_NRANKS], g[_GRANK], rank)
-    shape = state.shapes.get(key)
-    if shape is None:
-        shape = state.shapes[key] = _shape(g, host, pid, comm_ptr, rank, state)
-        if len(state.shapes) > 100_000:
-            state.shapes.clear()
+    shape = _shape(g, host, pid, g[_COMM], rank, state)
     if shape is _UNKNOWN_OP:
-        state.summary.skip(f"COLL line of an unknown operation ({g[_OP].decode(errors='replace')})")
-        return
-    coll, rank, communicator, nranks, dtype, count, nbytes, in_b, out_b = shape
-    root = int(g[_ROOT]) if coll in ("send", "recv") else None
-    calls = state.pending[(pid, tid)]
-    calls.append(CollectiveCall(state.source.name, f"line {line}", coll, rank, communicator, nranks,
-                                dtype, count, nbytes, int(g[_OPCOUNT], 16), ts, None, root, None,
-                                None, None, "log", in_b, out_b))
-    if len(calls) > 512:               # no TUNING lines in this log: do not hold calls back
-        state.summary.records += len(calls)
-        state.ready.extend(calls)
-        calls.clear()
+        return shape
+    return ((pid, tid), ts, *shape, shape[0] in ("send", "recv"))
 
 
 _UNKNOWN_OP = object()
