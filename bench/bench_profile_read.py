@@ -53,19 +53,19 @@ def peak_mib():
 COLLC_CALLS = PEAK + """
 import json, sys, time
 from collc.profile.sources import read_traces
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 ts = read_traces([sys.argv[1]])
-dt = time.perf_counter() - t
-print(json.dumps({"seconds": dt, "calls": len(ts.calls),
+dt, dc = time.perf_counter() - t, time.process_time() - c
+print(json.dumps({"seconds": dt, "cpu_seconds": dc, "calls": len(ts.calls),
                   "peak_rss_mib": peak_mib()}))
 """
 COLLC_EVENTS = PEAK + """
 import json, sys, time
 from collc.profile.chrome import iter_events
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 n = sum(1 for _ in iter_events(sys.argv[1]))
-dt = time.perf_counter() - t
-print(json.dumps({"seconds": dt, "events": n,
+dt, dc = time.perf_counter() - t, time.process_time() - c
+print(json.dumps({"seconds": dt, "cpu_seconds": dc, "events": n,
                   "peak_rss_mib": peak_mib()}))
 """
 HTA_LOAD = PEAK + """
@@ -73,11 +73,11 @@ import json, logging, os, sys, time
 logging.disable(logging.CRITICAL)
 from hta.common.trace import Trace
 path = sys.argv[1]
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 trace = Trace(trace_files={0: os.path.basename(path)}, trace_dir=os.path.dirname(path))
 trace.load_traces(use_multiprocessing=False, use_memory_profiling=False)
-dt = time.perf_counter() - t
-print(json.dumps({"seconds": dt, "events": int(len(trace.traces[0])),
+dt, dc = time.perf_counter() - t, time.process_time() - c
+print(json.dumps({"seconds": dt, "cpu_seconds": dc, "rows_kept": int(len(trace.traces[0])),
                   "peak_rss_mib": peak_mib()}))
 """
 
@@ -113,15 +113,48 @@ def build_log(copies: int, out: Path) -> dict:
     return {"copies": copies, "bytes": out.stat().st_size}
 
 
-def run_child(python: str, code: str, path: Path, env: dict | None = None) -> dict:
+def _mem_available_mib() -> float:
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("inf")
+
+
+def _child_hwm_mib(pid: int) -> float | None:
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def run_child(python: str, code: str, path: Path, min_available_mib: float = 0) -> dict:
+    """Run `code` on `path` in a fresh interpreter; on a shared machine, stop it (and say
+    so) when the machine's available memory falls below `min_available_mib`."""
     t = time.perf_counter()
-    proc = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True,
-                          env=env, check=False)
+    proc = subprocess.Popen([python, "-c", code, str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    stopped = None
+    while proc.poll() is None:
+        try:
+            proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            if _mem_available_mib() < min_available_mib:
+                hwm = _child_hwm_mib(proc.pid)
+                proc.kill()
+                proc.wait()
+                stopped = {"stopped": f"machine memory available fell below {min_available_mib:.0f} MiB",
+                           "seconds_at_stop": time.perf_counter() - t, "peak_rss_mib_at_stop": hwm}
+    out, err = proc.communicate()
     wall = time.perf_counter() - t
+    if stopped:
+        return stopped
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
+        return {"error": err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}",
                 "wall_seconds": wall}
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
     result["wall_seconds"] = wall
     return result
 
@@ -136,6 +169,9 @@ def main() -> int:
                     help="do not run HTA on traces of more copies than this")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "profile_read.json"))
     ap.add_argument("--tmp", default=None, help="where to build the large files")
+    ap.add_argument("--min-available-mib", type=float, default=3072,
+                    help="stop HTA when the machine has less memory available than this")
+    ap.add_argument("--only-hta", action="store_true", help="run HTA only (to redo one size)")
     args = ap.parse_args()
 
     results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
@@ -145,12 +181,19 @@ def main() -> int:
         for copies in args.copies:
             path = Path(tmp) / f"kineto_x{copies}.json"
             info = build_kineto(copies, path)
-            row = {"trace": info, "collc_calls": run_child(sys.executable, COLLC_CALLS, path),
-                   "collc_all_events": run_child(sys.executable, COLLC_EVENTS, path)}
+            row = {"trace": info}
+            if not args.only_hta:
+                row["collc_calls"] = run_child(sys.executable, COLLC_CALLS, path)
+                row["collc_all_events"] = run_child(sys.executable, COLLC_EVENTS, path)
             if args.hta_python and copies <= args.skip_hta_above:
-                row["hta_load"] = run_child(args.hta_python, HTA_LOAD, path)
+                row["hta_load"] = run_child(args.hta_python, HTA_LOAD, path, args.min_available_mib)
                 hta = row["hta_load"]
-                if "seconds" in hta:
+                if "seconds_at_stop" in hta and "collc_calls" in row:
+                    # HTA did not finish: its time so far bounds the ratio from below.
+                    row["speedup_vs_hta_at_least"] = {
+                        "collc_calls": hta["seconds_at_stop"] / row["collc_calls"]["seconds"],
+                        "collc_all_events": hta["seconds_at_stop"] / row["collc_all_events"]["seconds"]}
+                if "seconds" in hta and "collc_calls" in row:
                     row["speedup_vs_hta"] = {
                         "collc_calls": hta["seconds"] / row["collc_calls"]["seconds"],
                         "collc_all_events": hta["seconds"] / row["collc_all_events"]["seconds"],
@@ -158,12 +201,14 @@ def main() -> int:
             results["kineto"].append(row)
             print(json.dumps(row), flush=True)
             path.unlink()
-        log = Path(tmp) / "nccl.log"
-        info = build_log(args.log_copies, log)
-        run = run_child(sys.executable, COLLC_CALLS, log)
-        run["mb_per_s"] = info["bytes"] / 1e6 / run["seconds"] if "seconds" in run else None
-        results["nccl_log"] = {"log": info, "collc": run}
-        print(json.dumps(results["nccl_log"]), flush=True)
+        if not args.only_hta:
+            log = Path(tmp) / "nccl.log"
+            info = build_log(args.log_copies, log)
+            run = run_child(sys.executable, COLLC_CALLS, log)
+            run["mb_per_s"] = info["bytes"] / 1e6 / run["seconds"] if "seconds" in run else None
+            run["mb_per_cpu_s"] = info["bytes"] / 1e6 / run["cpu_seconds"] if "cpu_seconds" in run else None
+            results["nccl_log"] = {"log": info, "collc": run}
+            print(json.dumps(results["nccl_log"]), flush=True)
     results["machine"]["loadavg_at_end"] = os.getloadavg()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -174,29 +219,37 @@ def main() -> int:
 
 
 def markdown(results: dict) -> str:
-    rows = ["| trace | events | reader | time (s) | peak RSS (MiB) | HTA time / this |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| trace | events | reader | time (s) | CPU (s) | peak RSS (MiB) | HTA time / this |",
+            "|---|---|---|---|---|---|---|"]
     for row in results["kineto"]:
         size = f"{row['trace']['bytes'] / 2**20:,.0f} MiB"
         hta = row.get("hta_load", {})
-        events = hta.get("events") or row["collc_all_events"].get("events")
+        events = row.get("collc_all_events", {}).get("events") or 0
         for name, key in (("collc read_traces (NCCL calls)", "collc_calls"),
                           ("collc iter_events (every event)", "collc_all_events"),
                           ("HTA 0.5 Trace.load_traces", "hta_load")):
             r = row.get(key)
             if not r:
                 continue
+            if "seconds_at_stop" in r:
+                bound = (f"{r['seconds_at_stop'] / row['collc_calls']['seconds']:.1f}x at least"
+                         if "collc_calls" in row else "")
+                rows.append(f"| {size} | {events:,} | {name} | > {r['seconds_at_stop']:.0f} (stopped: "
+                            f"{r['stopped']}) | | > {r['peak_rss_mib_at_stop'] or 0:,.0f} | {bound} |")
+                continue
             if "seconds" not in r:
-                rows.append(f"| {size} | {events} | {name} | failed: {r.get('error')} | | |")
+                rows.append(f"| {size} | {events:,} | {name} | failed: {r.get('error')} | | | |")
                 continue
             ratio = hta["seconds"] / r["seconds"] if "seconds" in hta else None
-            rows.append(f"| {size} | {events:,} | {name} | {r['seconds']:.2f} | {r['peak_rss_mib']:,.0f} | "
+            cpu = f"{r['cpu_seconds']:.2f}" if "cpu_seconds" in r else ""
+            rows.append(f"| {size} | {events:,} | {name} | {r['seconds']:.2f} | {cpu} | {r['peak_rss_mib']:,.0f} | "
                         f"{'' if ratio is None else f'{ratio:.1f}x'} |")
     log = results["nccl_log"]
-    rows += ["", "| NCCL log | COLL lines | time (s) | MB/s |", "|---|---|---|---|",
+    rows += [] if log is None else ["", "| NCCL log | COLL lines | time (s) | MB/s | MB per CPU second |", "|---|---|---|---|---|",
              f"| {log['log']['bytes'] / 1e6:,.0f} MB ({log['log']['copies']} copies of the 2.27.7 log) | "
              f"{log['collc'].get('calls', 0):,} | {log['collc'].get('seconds', float('nan')):.2f} | "
-             f"{log['collc'].get('mb_per_s') or float('nan'):.0f} |"]
+             f"{log['collc'].get('mb_per_s') or float('nan'):.0f} | "
+             f"{log['collc'].get('mb_per_cpu_s') or float('nan'):.0f} |"]
     m = results["machine"]
     rows += ["", f"Python {m['python']}, {m['cpus']} CPUs, load average {m['loadavg_at_start'][0]:.1f} "
              f"at start and {m.get('loadavg_at_end', [float('nan')])[0]:.1f} at end (a shared machine: "
