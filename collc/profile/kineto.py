@@ -196,13 +196,14 @@ class _CpuOps:
         if not ops:
             return None
         i = bisect.bisect_right(ops, ts, key=lambda o: o[0]) - 1
-        # The latest op starting before ts that is still running at ts (ops rarely nest).
-        while i >= 0 and i >= len(ops) - 10_000:
+        # The latest op starting before ts that is still running at ts. Ops of one kind
+        # rarely nest, so a few steps back suffice.
+        for _ in range(64):
+            if i < 0:
+                break
             start, end, event = ops[i]
             if end >= ts:
                 return event
-            if start < ts - 60e6:       # no NCCL op runs for a minute
-                break
             i -= 1
         return None
 
