@@ -172,7 +172,12 @@ def main() -> int:
     ap.add_argument("--min-available-mib", type=float, default=3072,
                     help="stop HTA when the machine has less memory available than this")
     ap.add_argument("--only-hta", action="store_true", help="run HTA only (to redo one size)")
+    ap.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     args = ap.parse_args()
+    if args.render:
+        out = Path(args.out)
+        out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
+        return 0
 
     results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                  "loadavg_at_start": os.getloadavg()},
@@ -219,8 +224,8 @@ def main() -> int:
 
 
 def markdown(results: dict) -> str:
-    rows = ["| trace | events | reader | time (s) | CPU (s) | peak RSS (MiB) | HTA time / this |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| trace | events | reader | time (s) | CPU (s) | peak RSS (MiB) | HTA time / this | HTA CPU / this |",
+            "|---|---|---|---|---|---|---|---|"]
     for row in results["kineto"]:
         size = f"{row['trace']['bytes'] / 2**20:,.0f} MiB"
         hta = row.get("hta_load", {})
@@ -238,12 +243,14 @@ def markdown(results: dict) -> str:
                             f"{r['stopped']}) | | > {r['peak_rss_mib_at_stop'] or 0:,.0f} | {bound} |")
                 continue
             if "seconds" not in r:
-                rows.append(f"| {size} | {events:,} | {name} | failed: {r.get('error')} | | | |")
+                rows.append(f"| {size} | {events:,} | {name} | failed: {r.get('error')} | | | | |")
                 continue
             ratio = hta["seconds"] / r["seconds"] if "seconds" in hta else None
+            cpu_ratio = (f"{hta['cpu_seconds'] / r['cpu_seconds']:.1f}x"
+                         if "cpu_seconds" in hta and "cpu_seconds" in r else "")
             cpu = f"{r['cpu_seconds']:.2f}" if "cpu_seconds" in r else ""
             rows.append(f"| {size} | {events:,} | {name} | {r['seconds']:.2f} | {cpu} | {r['peak_rss_mib']:,.0f} | "
-                        f"{'' if ratio is None else f'{ratio:.1f}x'} |")
+                        f"{'' if ratio is None else f'{ratio:.1f}x'} | {cpu_ratio} |")
     log = results["nccl_log"]
     rows += [] if log is None else ["", "| NCCL log | COLL lines | time (s) | MB/s | MB per CPU second |", "|---|---|---|---|---|",
              f"| {log['log']['bytes'] / 1e6:,.0f} MB ({log['log']['copies']} copies of the 2.27.7 log) | "
