@@ -216,16 +216,22 @@ def read_chakra_json(source: TraceSource, summary: SourceSummary, context: Trace
     with source.open() as f:
         head = f.read(1 << 16)
     prefix = "workload_graph.item" if b'"workload_graph"' in head else "nodes.item"
-    index = -1
+    read = [0]
+
+    def counted(nodes: Iterator[Any]) -> Iterator[Any]:
+        for node in nodes:
+            read[0] += 1
+            yield node
+
     try:
         with source.open() as f:
-            nodes = ijson.items(f, prefix, use_float=True)
+            nodes = counted(ijson.items(f, prefix, use_float=True))
             if prefix == "nodes.item":
                 yield from _host_et_nodes(nodes, source, summary, context)
             else:
                 yield from _workload_nodes(nodes, source, summary)
     except (ijson.JSONError, ijson.IncompleteJSONError) as e:
-        raise CollcError(f"malformed or truncated Chakra JSON trace: {e}",
+        raise CollcError(f"malformed or truncated Chakra JSON trace after node {read[0]}: {e}",
                          Span(source.name, 1, 1)) from None
     except (EOFError, zlib.error) as e:
         raise CollcError(f"truncated or corrupt compressed trace: {e}",

@@ -11,7 +11,6 @@ one by one).
 from __future__ import annotations
 
 import gzip
-import io
 import re
 import zlib
 from dataclasses import dataclass

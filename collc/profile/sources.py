@@ -12,7 +12,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..diagnostics import CollcError, Span
 from .detect import TraceSource, detect, detect_bytes, read_head

@@ -7,7 +7,6 @@ c10d::* nodes; comm_size and duration_micros are read off each kernel node. The 
 as the HTA nccl_data sample: its sizes (e.g. 212480 = 53120 floats) agree.
 """
 
-import io
 import tarfile
 from collections import Counter
 
@@ -94,3 +93,14 @@ def test_malformed_et_node_is_a_located_error(tmp_path):
         read_traces([p])
     assert e.value.span == type(e.value.span)(str(p), 2, 1)
     assert "record 1 at byte offset" in e.value.message
+
+
+def test_truncated_chakra_json_is_a_located_error(tmp_path):
+    with tarfile.open(sample("chakra__json_trace.tar.gz")) as tar:
+        text = tar.extractfile("jsonData/chakra.0.json").read()
+    p = tmp_path / "cut.json"
+    p.write_bytes(text[: len(text) // 3])
+    with pytest.raises(CollcError) as e:
+        read_traces([p])
+    assert e.value.span.file == str(p)
+    assert "malformed or truncated Chakra JSON trace after node" in e.value.message
