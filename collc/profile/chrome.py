@@ -35,6 +35,7 @@ _MAX_JOINS = 64                # pieces joined to make one event before calling 
 _SEPARATOR = re.compile(rb"\}\s*,\s*\{")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _ARRAY_END = re.compile(rb"\}\s*\]")
+_EVENT_CLOSE = re.compile(rb"\}(?=\s*[,\]])")
 _WHITESPACE = b" \t\r\n"
 
 
@@ -185,7 +186,7 @@ class ChromeTrace:
             cut = self._last_cut(data, pos)
             new_pos = pos
             try:
-                if cut is None and eof:
+                if eof:       # the rest is in memory: walk it event by event
                     end = yield from self._final_events(data, pos, data_offset, line_base,
                                                         needle_re, nothing)
                     self._finish(f, data, end, data_offset, line_base, eof)
@@ -337,22 +338,42 @@ class ChromeTrace:
 
     def _final_events(self, data: bytes, pos: int, data_offset: int, line_base: int,
                       needle_re: re.Pattern | None, nothing: bool) -> Iterator[dict[str, Any]]:
-        """The last event (no separator after it) and the `]` closing the array."""
-        for m in _ARRAY_END.finditer(data, pos):
-            piece = data[pos:m.start() + 1]
-            try:
-                event = orjson.loads(piece)
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(event, dict):
-                continue
-            if not nothing and (needle_re is None or needle_re.search(piece)):
+        """The events from `pos` to the `]` closing the array, walked one at a time.
+
+        Used once the whole rest of the stream is in `data`: there, what follows the array
+        (a list of objects among the trailing keys) could pass for events, so no cut is
+        trusted; each event ends at the first `}` before `,` or `]` where it parses."""
+        while True:
+            while pos < len(data) and data[pos] in _WHITESPACE:
+                pos += 1
+            if pos < len(data) and data[pos] == 0x5D:          # "]"
+                return pos + 1
+            if pos >= len(data) or data[pos] != 0x7B:          # "{"
+                raise self._error("truncated or malformed trace: expected an event or the end "
+                                  "of traceEvents", data_offset + pos, data, data_offset, line_base)
+            event, end = None, pos
+            for tries, m in enumerate(_EVENT_CLOSE.finditer(data, pos)):
+                if tries >= _MAX_JOINS:
+                    break
+                try:
+                    candidate = orjson.loads(data[pos:m.end()])
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(candidate, dict):
+                    event, end = candidate, m.end()
+                    break
+            if event is None:
+                raise self._error("truncated or malformed trace event", data_offset + pos, data,
+                                  data_offset, line_base)
+            if not nothing and (needle_re is None or needle_re.search(data, pos, end)):
                 self.event_offset = data_offset + pos
                 self._event_line = 0
                 yield event
-            return m.end()
-        raise self._error("truncated or malformed trace: the last event or the end of "
-                          "traceEvents does not parse", data_offset + pos, data, data_offset, line_base)
+            pos = end
+            while pos < len(data) and data[pos] in _WHITESPACE:
+                pos += 1
+            if pos < len(data) and data[pos] == 0x2C:          # ","
+                pos += 1
 
     def _finish(self, f: BinaryIO, data: bytes, pos: int, data_offset: int, line_base: int,
                 eof: bool) -> None:

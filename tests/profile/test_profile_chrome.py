@@ -132,3 +132,29 @@ def test_location_of_events():
         n = int(loc.split()[1])
         # Kineto writes "  {" on the event's first line and its name on the next.
         assert lines[n - 1].strip() == "{" and event["name"] in lines[n]
+
+
+def test_compact_layout_with_tiny_chunks(monkeypatch, tmp_path):
+    """`{"traceEvents":[{...},{...}]}` with no whitespace, read 257 bytes at a time."""
+    import orjson
+    ref = _reference(sample(SAMPLED))
+    doc = {"distributedInfo": ref["distributedInfo"], "traceEvents": ref["traceEvents"] + ODD_EVENTS}
+    p = tmp_path / "compact.json"
+    p.write_bytes(orjson.dumps(doc))
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 257)
+    trace = ChromeTrace(p)
+    assert list(trace.events()) == doc["traceEvents"]
+    assert trace.metadata == {"distributedInfo": ref["distributedInfo"]}
+    wanted = [e for e in doc["traceEvents"] if "ncclKernel" in orjson.dumps(e).decode()]
+    assert list(iter_events(p, prefilter=[b"ncclKernel"])) == wanted
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_objects_after_the_array_are_not_events(tmp_path, indent):
+    """Trailing keys holding lists of objects, even ones the prefilter matches."""
+    tail = [{"name": "ncclKernel_in_metadata"}, {"k": 2}]
+    doc = {"traceEvents": ODD_EVENTS, "after": tail, "n": 3}
+    p = _write(tmp_path, json.dumps(doc, indent=indent))
+    trace = ChromeTrace(p)
+    assert list(trace.events(prefilter=[b"ncclKernel"])) == [ODD_EVENTS[2]]
+    assert trace.metadata == {"after": tail, "n": 3}
