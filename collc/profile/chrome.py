@@ -59,14 +59,20 @@ class ChromeTrace:
         self._event_line = 0
         self._line_base = 0
         self._data = b""
-        self._lines_known = True
+        self._data_offset = 0
+        self._lines_known = True       # False while yielding a batch parsed in one call
         self._counted: tuple[int, int] = (0, 0)
         self._counted_data: bytes | None = None
 
     # -- locations ---------------------------------------------------------------------
 
     def location(self) -> str:
-        """Where the event last yielded starts: "line L" or, in a one-line file, "byte offset O"."""
+        """Where the event last yielded starts: "line L" or, in a one-line file, "byte offset O".
+
+        Exact with a prefilter; without one, events are parsed a chunk at a time and this
+        names the start of the chunk's batch."""
+        if not self._lines_known:
+            return f"the batch of events from byte offset {self.event_offset}"
         line = self._line_of_last_event()
         if line > 1 or self._line_base > 0:
             return f"line {line}"
