@@ -394,6 +394,8 @@ def _failure(seq: Sequence) -> list[int]:
     return fail
 
 
+# The fewest calls an iteration is credited with.
+MIN_ITERATION_CALLS = 2
 # Leading calls (warm-up, setup broadcasts) that may precede the repeating part.
 MAX_WARMUP = 64
 
@@ -414,8 +416,8 @@ def _repetition(seq: Sequence) -> tuple[int, int] | None:
 
 def detect_iterations(job_calls: list[JobCall]) -> Iterations | None:
     """Iterations as a repeating sequence of calls: the longest-traced rank's sequence
-    of (communicator, collective, bytes) must repeat at least twice in full after at
-    most MAX_WARMUP leading calls. None when no such repetition exists."""
+    of (communicator, collective, bytes) must repeat a block of at least
+    MIN_ITERATION_CALLS calls at least twice in full after at most MAX_WARMUP leading calls. None when no such repetition exists."""
     per_rank: dict[Any, list[tuple[tuple, tuple]]] = defaultdict(list)
     for j in job_calls:
         for c in j.records:
@@ -426,7 +428,8 @@ def detect_iterations(job_calls: list[JobCall]) -> Iterations | None:
     seq = [sig for _, sig in sorted(longest, key=lambda t: t[0])]
     for skip in range(0, min(MAX_WARMUP, len(seq) // 2) + 1):
         found = _repetition(seq[skip:])
-        if found:
+        # A one-call "iteration" says nothing a count of calls does not: not claimed.
+        if found and found[0] >= MIN_ITERATION_CALLS:
             period, repeats = found
             return Iterations(repeats, period, skip, "repeating call sequence")
     return None
