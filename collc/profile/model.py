@@ -235,6 +235,11 @@ def demand(mix: Mix, placer: Placer) -> tuple[dict[tuple[str, tuple[int, ...], i
         elif j.collective in _MODELED:
             nranks = next((c.nranks for c in j.records if c.nranks), None) or \
                 (mix.communicators[j.communicator].nranks if j.communicator in mix.communicators else None)
+            if not nranks and mix.world_size:
+                # No size and no group: the default process group, which spans the job.
+                nranks = mix.world_size
+                notes.add(f"communicator {j.communicator}: size unknown; assumed to span the job's "
+                          f"{mix.world_size} ranks (the default process group)")
             if not nranks:
                 skipped["communicator size unknown"] += 1
                 continue
@@ -301,7 +306,7 @@ def _baseline(topology: Topology, coll: Collective, size: int) -> tuple[str, flo
 
     timed = [b for b in baselines_for(CompileJob(topology, coll, size)) if b.time_s is not None]
     if not timed:
-        raise CollcError(f"no standard-library algorithm runs {coll.name} on {topology.name}")
+        raise CollcError(f"no standard-library algorithm (NCCL-style baseline) for {coll.name}")
     best = min(timed, key=lambda b: b.time_s)
     sched = frontend.instantiate_algorithm(best.name, topology, coll)
     return best.name, best.time_s, simulate(sched, topology, size)
@@ -332,18 +337,22 @@ def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None, f
     placer = Placer(topology, rank_map)
     wanted, notes = demand(mix, placer)
     timings: list[SizeTiming] = []
+    unmodeled: dict[str, float] = defaultdict(float)
     for (name, ranks, size), (calls, weight) in sorted(wanted.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         placement = placer.place(ranks)
         coll = _collective(name, len(ranks))
-        base_name, base_s, base_sim = _baseline(placement.topology, coll, size)
-        bound = lower_bounds(placement.topology, coll, size).best_s
+        try:
+            base_name, base_s, base_sim = _baseline(placement.topology, coll, size)
+            bound = lower_bounds(placement.topology, coll, size).best_s
+        except CollcError as err:
+            unmodeled[f"{name} on GPUs {','.join(map(str, placement.gpus))}: {err.message}"] += calls
+            continue
         timings.append(SizeTiming(name, placement, size, calls, weight, base_s, base_name, bound,
                                   baseline_sim=base_sim))
     bands = _synthesize(timings, for_library, seconds)
+    notes += [f"not modeled ({n:g} job calls per iteration): {why}" for why, n in sorted(unmodeled.items())]
     result = ModelResult(topology.name, timings, bands, notes)
     result.synthesis_seconds = sum((b.solver or {}).get("seconds", 0.0) for b in bands)
-    if not mix.iterations:
-        result.notes.append("no iterations detected: per-iteration figures are for the whole trace")
     return result
 
 
