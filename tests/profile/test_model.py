@@ -1,0 +1,55 @@
+"""The model's placement and banding, and the nccl-tests commands (no synthesis here)."""
+
+import pytest
+
+from collc import frontend
+from collc.diagnostics import CollcError
+from collc.ir.topology import NodeKind
+from collc.profile.library import band_ranges
+from collc.profile.model import Band, Placer, make_bands, sub_topology
+from collc.profile.replay import command_for
+
+
+def test_sub_topology_keeps_members_switches_and_their_links():
+    topo = frontend.resolve_topology("dgx_h100")
+    sub = sub_topology(topo, (4, 6))
+    assert [(g.name, g.rank) for g in sub.gpus] == [("node[0].g[4]", 0), ("node[0].g[6]", 1)]
+    assert {n.kind for n in sub.nodes} == {NodeKind.GPU, NodeKind.SWITCH, NodeKind.NIC}
+    names = {n.name for n in sub.nodes}
+    assert all(l.src in names and l.dst in names for l in sub.links)
+    assert not any("node[0].g[5]" in (l.src, l.dst) for l in sub.links)
+    assert sub_topology(topo, tuple(range(8))) is topo
+
+
+def test_placer_rank_map_and_errors():
+    topo = frontend.resolve_topology("switch(n=4)")
+    placer = Placer(topo, [3, 2, 1, 0])
+    assert placer.place((0, 1)).gpus == (3, 2)
+    assert placer.place((0, 1)) is placer.place((0, 1))
+    with pytest.raises(CollcError, match="rank map names 4 ranks"):
+        placer.place((4,))
+    with pytest.raises(CollcError, match="has 4 GPUs"):
+        Placer(topo, None).place((0, 7))
+
+
+def test_bands_split_by_ratio_and_cover_95_percent():
+    sizes = {1024: 1.0, 2048: 1.0, 1 << 20: 50.0, 3 << 20: 46.0, 1 << 30: 2.0}
+    bands = make_bands(sizes, "allreduce", 8)
+    assert [b.sizes for b in bands] == [[1024, 2048], [1 << 20, 3 << 20], [1 << 30]]
+    assert [b.covered for b in bands] == [False, True, False]
+
+
+def test_band_ranges_do_not_overlap_and_hold_their_sizes():
+    bands = [Band("allgather", 8, s, 1.0) for s in ([4096, 8192], [1 << 20], [1 << 24, 1 << 25])]
+    ranges = band_ranges(bands)
+    assert all(lo <= hi for lo, hi in ranges)
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))
+    assert ranges[0][0] == 4096 and ranges[-1][1] == 1 << 25
+
+
+def test_nccl_tests_command_lines():
+    assert command_for("allreduce", 8, "bfloat16", 1024, 4096) == \
+        "./build/all_reduce_perf -b 1024 -e 4096 -f 2 -d bfloat16 -o sum -g 8"
+    assert command_for("allgather", 16, "float32", 1, 2) == \
+        "mpirun -np 16 ./build/all_gather_perf -b 1 -e 2 -f 2 -d float -g 1"
+    assert command_for("send", 2, "float16", 8, 8).startswith("./build/sendrecv_perf")
