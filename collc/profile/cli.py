@@ -30,7 +30,7 @@ def add_commands(subparsers) -> None:
     c.add_argument("--library", metavar="DIR", help="write an MSCCL XML algorithm directory for the sizes that "
                                                     "matter (needs --topology)")
     c.add_argument("--time-limit", type=float, default=None, dest="time_limit", metavar="S",
-                   help="solver seconds per synthesized size band (default 4)")
+                   help="solver seconds per synthesized size band (default 2)")
     c.add_argument("--nccl-tests", action="store_true", dest="nccl_tests",
                    help="print nccl-tests commands that replay the mix")
     c.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"table rows to print (default {DEFAULT_ROWS})")
@@ -124,8 +124,7 @@ def _model(args: argparse.Namespace, mix):
 
     topology = frontend.resolve_topology(args.topology)
     rank_map = parse_rank_map(args.rank_map) if args.rank_map else None
-    return model_mix(mix, topology, rank_map, for_library=bool(args.library),
-                     seconds=args.time_limit or SYNTH_SECONDS)
+    return model_mix(mix, topology, rank_map, seconds=args.time_limit or SYNTH_SECONDS)
 
 
 # --- the terminal ---------------------------------------------------------------------

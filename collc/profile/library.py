@@ -23,6 +23,7 @@ from typing import Any
 
 from collc.backends import BackendOptions
 from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.limits import LimitError
 from collc.backends.msccl_xml.program import executor_bytes
 from collc.backends.msccl_xml.verify import verify_files
 from collc.backends.msccl_xml.writer import band_file_name, check_library_directory, library_prefix, write_algo
@@ -77,7 +78,12 @@ def write_library(result: ModelResult, directory: Path) -> list[LibraryFile]:
         for band, rng in zip(bands, band_ranges(bands)):
             if band.saving_s <= 0 or band.unit is None:
                 continue
-            algo = lowered_algo(band.unit, BackendOptions())
+            try:
+                algo = lowered_algo(band.unit, BackendOptions())
+            except LimitError as err:  # beyond the executor's limits: NCCL keeps the band
+                band.error = f"MSCCL XML limits: {err}"
+                band.saving_s = 0.0
+                continue
             index = sum(1 for p in planned if p[1].coll == algo.coll and p[1].ngpus == algo.ngpus)
             planned.append((band, algo, rng, band_file_name(algo.coll, algo.ngpus, algo.inplace, index, rng)))
     prefixes: dict[str, set[str]] = {}

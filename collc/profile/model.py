@@ -39,8 +39,12 @@ from collc.profile.mix import P2P, Mix, per_iteration
 BAND_RATIO = 4.0
 # The bands synthesized for a (collective, communicator size) cover this share of its weight.
 COVERAGE = 0.95
-# Solver seconds per synthesized band: a 20-size mix on 8 GPUs stays under a minute.
-SYNTH_SECONDS = 4.0
+# Solver seconds per synthesized band, and ops per rank a schedule may have: a library
+# for a 20-size mix on 8 GPUs (synthesis, MSCCL XML lowering and verification of every
+# file) stays under a minute on 2 cores. Lowering and verifying cost grows with ops;
+# the MSCCL backend's own budget (1024 per rank) gains ~7% on the model, at 3x the time.
+SYNTH_SECONDS = 2.0
+OPS_PER_RANK = 256
 
 _MODELED = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "gather", "scatter")
 
@@ -85,7 +89,7 @@ class Band:
     weight: float
     covered: bool = False
     schedule: Schedule | None = None
-    unit: Any = None               # the CompileUnit (lowered for MSCCL XML when a library is wanted)
+    unit: Any = None               # the CompileUnit of its schedule
     representative: int = 0
     solver: dict[str, Any] | None = None
     error: str | None = None
@@ -312,26 +316,22 @@ def _baseline(topology: Topology, coll: Collective, size: int) -> tuple[str, flo
     return best.name, best.time_s, simulate(sched, topology, size)
 
 
-def synthesize_band(band: Band, placement: Placement, for_library: bool, seconds: float) -> None:
+def synthesize_band(band: Band, placement: Placement, seconds: float) -> None:
     """Synthesize the band's schedule at its heaviest size (sets band.schedule or band.error)."""
-    from collc.backends import BackendOptions, get_backend
-    from collc.driver import CompileJob, produce_schedule, schedule_for_backend
+    from collc.driver import CompileJob, produce_schedule
 
     coll = _collective(band.collective, band.nranks)
     pipeline = f"synthesize{{method=auto time_limit={seconds:g} progress=false}}"
     job = CompileJob(placement.topology, coll, band.representative, pipeline=pipeline)
     try:
-        if for_library:
-            unit, solver = schedule_for_backend(job, get_backend("msccl-xml"), BackendOptions())
-        else:
-            unit, solver = produce_schedule(job)
+        unit, solver = produce_schedule(job, max_ops=OPS_PER_RANK * band.nranks)
     except CollcError as err:
         band.error = err.message
         return
     band.unit, band.schedule, band.solver = unit, unit.schedule, solver
 
 
-def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None, for_library: bool = False,
+def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None,
               seconds: float = SYNTH_SECONDS) -> ModelResult:
     """Time the mix per iteration on `topology` (see the module docstring)."""
     placer = Placer(topology, rank_map)
@@ -349,14 +349,14 @@ def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None, f
             continue
         timings.append(SizeTiming(name, placement, size, calls, weight, base_s, base_name, bound,
                                   baseline_sim=base_sim))
-    bands = _synthesize(timings, for_library, seconds)
+    bands = _synthesize(timings, seconds)
     notes += [f"not modeled ({n:g} job calls per iteration): {why}" for why, n in sorted(unmodeled.items())]
     result = ModelResult(topology.name, timings, bands, notes)
     result.synthesis_seconds = sum((b.solver or {}).get("seconds", 0.0) for b in bands)
     return result
 
 
-def _synthesize(timings: list[SizeTiming], for_library: bool, seconds: float) -> list[Band]:
+def _synthesize(timings: list[SizeTiming], seconds: float) -> list[Band]:
     """One schedule per covered band of every (collective, communicator size), synthesized
     on the placement carrying most of the band's weight, and timed on every placement."""
     groups: dict[tuple[str, int], list[SizeTiming]] = defaultdict(list)
@@ -377,7 +377,7 @@ def _synthesize(timings: list[SizeTiming], for_library: bool, seconds: float) ->
             for t in members:
                 by_place[t.placement.gpus] += t.weight
             home = max(members, key=lambda t: by_place[t.placement.gpus]).placement
-            synthesize_band(band, home, for_library, seconds)
+            synthesize_band(band, home, seconds)
             if band.schedule is None:
                 continue
             for t in members:
