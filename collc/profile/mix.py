@@ -453,7 +453,7 @@ def build_mix(calls: Sequence[CollectiveCall], world_size: int | None = None,
             row.nranks = comms[row.communicator].nranks
     mix = Mix(rows, comms, world_size, detect_iterations(job_calls), job_calls, list(notes))
     unnamed = sum(r.named_by.get("launch-op", 0) for r in rows)
-    if unnamed:
+    if unnamed and not any("nccl:*" in n for n in notes):  # the readers may have said it already
         mix.notes.append(f"{unnamed} call record(s) carried no collective metadata and are named by the "
                          "nccl:* operator that launched them (named_by launch-op)")
     partial = [r for r in rows if r.nranks and len(r.ranks) < r.nranks and r.collective not in P2P]

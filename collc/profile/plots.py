@@ -88,7 +88,8 @@ def plot_share(mix: Mix, directory: Path) -> list[Path]:
         info = mix.communicators.get(c)
         size = f"{info.nranks} ranks" if info and info.nranks else "size ?"
         role = f", {info.role}" if info and info.role != "unknown" else ""
-        labels.append(f"{c}\n({size}{role})")
+        name = c if c != "?" else "unnamed group"  # "?": the trace names no process group
+        labels.append(f"{name}\n({size}{role})")
     ax.set_yticks(range(len(comms)))
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
