@@ -86,10 +86,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     mix = build_mix(traces.calls, traces.world_size, traces.communicators, traces.notes)
     result: dict[str, Any] = {"sources": [s.to_json() for s in traces.sources], **mix.to_json()}
 
-    model = None
-    if args.topology:
-        model = _model(args, mix)
-        result["model"] = model.to_json()
+    model = _model(args, mix) if args.topology else None
     replay = None
     if args.nccl_tests:
         from collc.profile.replay import replay_commands
@@ -105,6 +102,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         saved = sum(f.band.saving_s for f in files)
         result["library"] = {"directory": args.library, "files": [f.to_json() for f in files],
                              "saving_per_iteration_us": saved * 1e6}
+    if model is not None:  # after the library, which may withdraw a band the executor cannot run
+        result["model"] = model.to_json()
     plots: list[Path] = []
     if args.plot:
         from collc.profile.plots import write_plots

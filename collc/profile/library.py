@@ -81,8 +81,7 @@ def write_library(result: ModelResult, directory: Path) -> list[LibraryFile]:
             try:
                 algo = lowered_algo(band.unit, BackendOptions())
             except LimitError as err:  # beyond the executor's limits: NCCL keeps the band
-                band.error = f"MSCCL XML limits: {err}"
-                band.saving_s = 0.0
+                band.withdraw(f"MSCCL XML limits: {err}")
                 continue
             index = sum(1 for p in planned if p[1].coll == algo.coll and p[1].ngpus == algo.ngpus)
             planned.append((band, algo, rng, band_file_name(algo.coll, algo.ngpus, algo.inplace, index, rng)))

@@ -15,9 +15,9 @@ and calls are summed: collectives of one iteration are assumed not to overlap.
 - collc: a schedule synthesized once per size band (bands split where sizes differ by
   more than BAND_RATIO) at the band's heaviest size, and simulated at each size of the
   band. Only bands that together cover COVERAGE of a (collective, communicator size)
-  group's weight are synthesized; the rest keep the baseline. Where a schedule is not
-  faster than the baseline at a size, that size keeps the baseline too (NCCL's
-  fallback), so collc's total is never above the baseline's;
+  group's weight are synthesized; the rest keep the baseline. A band whose schedule is
+  not at least MIN_GAIN faster than the baseline over its sizes keeps the baseline too
+  (NCCL's fallback), so collc's total is never above the baseline's;
 - bound: collc.analysis.bounds.lower_bounds.
 """
 
@@ -45,6 +45,10 @@ COVERAGE = 0.95
 # the MSCCL backend's own budget (1024 per rank) gains ~7% on the model, at 3x the time.
 SYNTH_SECONDS = 2.0
 OPS_PER_RANK = 256
+# A band replaces NCCL only when its schedule is this much faster over the band: the
+# model leaves out costs of its own (kernel launch, executor overheads) and ties in
+# floating point must not produce files.
+MIN_GAIN = 0.01
 
 _MODELED = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "gather", "scatter")
 
@@ -94,6 +98,13 @@ class Band:
     solver: dict[str, Any] | None = None
     error: str | None = None
     saving_s: float = 0.0          # per iteration, summed over its sizes and placements
+    timings: list = field(default_factory=list)  # the SizeTimings it covers
+
+    def withdraw(self, why: str) -> None:
+        """The band cannot be used after all (e.g. beyond the executor's limits): NCCL keeps it."""
+        self.error, self.saving_s = why, 0.0
+        for t in self.timings:
+            t.uses_collc = False
 
     def to_json(self) -> dict[str, Any]:
         return {"collective": self.collective, "nranks": self.nranks, "sizes": self.sizes,
@@ -372,6 +383,7 @@ def _synthesize(timings: list[SizeTiming], seconds: float) -> list[Band]:
             if not band.covered:
                 continue
             members = [t for t in ts if t.size in band.sizes]
+            band.timings = members
             band.representative = max(band.sizes, key=lambda s: (per_size[s], s))
             by_place: dict[tuple[int, ...], float] = defaultdict(float)
             for t in members:
@@ -389,7 +401,8 @@ def _synthesize(timings: list[SizeTiming], seconds: float) -> list[Band]:
             saving = sum((t.baseline_s - t.collc_s) * t.calls_per_iteration for t in members if t.collc_s is not None)
             # The executor takes the band's file for every size in it, or NCCL for all of
             # them: the band is used only when it saves time over all its sizes.
-            if saving > 0:
+            baseline = sum(t.baseline_s * t.calls_per_iteration for t in members if t.collc_s is not None)
+            if saving > MIN_GAIN * baseline:
                 band.saving_s = saving
                 for t in members:
                     t.uses_collc = t.collc_s is not None
