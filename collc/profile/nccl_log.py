@@ -79,7 +79,6 @@ _RANK_PREFIX = re.compile(rb"\[(?:rank|Rank)\s*(?P<rank>\d+)\]|\brank(?P<rank2>\
 _MPI_PREFIX = re.compile(rb"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:")
 _TIMESTAMP = re.compile(rb"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<time>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?")
 _COMM_ID = re.compile(rb"commId (?P<id>0x[0-9a-fA-F]+)")
-_BUS_ID = re.compile(rb"busId (?P<bus>[0-9a-fA-F:.]+)")
 
 
 class _State:
@@ -91,11 +90,11 @@ class _State:
         # host: when processes share a terminal, other output gets glued to the front of a
         # line ("...  -1mew0:64904:64904 [0] NCCL INFO AllReduce: ..."), so it is unreliable.
         self.comms: dict[tuple[bytes, bytes], tuple[int, int, str | None]] = {}
-        self.pending: dict[tuple[bytes, bytes], list[dict]] = defaultdict(list)
+        self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = defaultdict(list)
         # pid -> (nranks, rank) of its largest communicator: the process's global rank.
         self.process_rank: dict[bytes, tuple[int, int]] = {}
         self.first_bad: int | None = None
-        self.shapes: dict[tuple, object] = {}     # see _coll_line
+        self.shapes: dict[tuple, object] = {}     # see _scan
         self.process_local_comms = 0
 
 
