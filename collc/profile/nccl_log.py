@@ -20,6 +20,7 @@ are not INIT, COLL or TUNING lines cost a C-level scan and no Python at all.
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import time
 import zlib
@@ -166,6 +167,12 @@ def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
         if op is not None:
             # The hot path (most lines of a COLL log): what depends only on the prefix, the
             # comm and the call's shape is worked out once per distinct combination.
+            ts = None
+            if b"-" in pre:                    # a timestamp (NCCL >= 2.26, or the launcher's)
+                t = _TIMESTAMP.search(pre)
+                if t is not None:
+                    ts = _epoch_us(t.group("date"), t.group("time"), t.group("frac"))
+                    pre = pre[:t.start()] + pre[t.end():]
             key = (pre, op, g[_COUNT], g[_DTYPE], g[_COMM], g[_NRANKS], g[_GRANK])
             shape = shapes.get(key)
             if shape is None:
@@ -175,7 +182,7 @@ def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
             if shape is _UNKNOWN_OP:
                 state.summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
                 continue
-            thread, ts, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, p2p = shape
+            thread, _, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, p2p = shape
             calls = pending[thread]
             calls.append(CollectiveCall(name, f"line {line + 1}", coll, rank, comm, nranks, dtype, n,
                                         nbytes, int(g[_OPCOUNT], 16), ts, None,
@@ -221,15 +228,23 @@ def _process(pre: bytes) -> tuple[bytes, bytes, bytes, int | None, float | None]
     if b"-" in pre:
         t = _TIMESTAMP.search(pre)
         if t:
-            seconds = calendar.timegm(time.strptime((t.group("date") + b" " + t.group("time")).decode(),
-                                                    "%Y-%m-%d %H:%M:%S"))
-            ts = seconds * 1e6 + (float(t.group("frac")) * 1e6 if t.group("frac") else 0.0)
+            ts = _epoch_us(t.group("date"), t.group("time"), t.group("frac"))
     result = (host, pid, tid, rank, ts)
     if ts is None:                           # prefixes with a timestamp never repeat
         if len(_prefix_cache) > 100_000:
             _prefix_cache.clear()
         _prefix_cache[pre] = result
     return result
+
+
+@functools.lru_cache(maxsize=4096)
+def _epoch_seconds(date: bytes, clock: bytes) -> int:
+    return calendar.timegm(time.strptime((date + b" " + clock).decode(), "%Y-%m-%d %H:%M:%S"))
+
+
+def _epoch_us(date: bytes, clock: bytes, frac: bytes | None) -> float:
+    """Microseconds since the epoch of a `YYYY-MM-DD HH:MM:SS[.ffffff]` timestamp (UTC)."""
+    return _epoch_seconds(date, clock) * 1e6 + (float(frac) * 1e6 if frac else 0.0)
 
 
 def _host_name(host: bytes) -> str:
