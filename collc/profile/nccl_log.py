@@ -20,6 +20,7 @@ are not INIT, COLL or TUNING lines cost a C-level scan and no Python at all.
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import time
 import zlib
@@ -79,7 +80,6 @@ _RANK_PREFIX = re.compile(rb"\[(?:rank|Rank)\s*(?P<rank>\d+)\]|\brank(?P<rank2>\
 _MPI_PREFIX = re.compile(rb"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:")
 _TIMESTAMP = re.compile(rb"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<time>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?")
 _COMM_ID = re.compile(rb"commId (?P<id>0x[0-9a-fA-F]+)")
-_BUS_ID = re.compile(rb"busId (?P<bus>[0-9a-fA-F:.]+)")
 
 
 class _State:
@@ -91,11 +91,11 @@ class _State:
         # host: when processes share a terminal, other output gets glued to the front of a
         # line ("...  -1mew0:64904:64904 [0] NCCL INFO AllReduce: ..."), so it is unreliable.
         self.comms: dict[tuple[bytes, bytes], tuple[int, int, str | None]] = {}
-        self.pending: dict[tuple[bytes, bytes], list[dict]] = defaultdict(list)
+        self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = defaultdict(list)
         # pid -> (nranks, rank) of its largest communicator: the process's global rank.
         self.process_rank: dict[bytes, tuple[int, int]] = {}
         self.first_bad: int | None = None
-        self.shapes: dict[tuple, object] = {}     # see _coll_line
+        self.shapes: dict[tuple, object] = {}     # see _scan
         self.process_local_comms = 0
 
 
@@ -167,6 +167,12 @@ def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
         if op is not None:
             # The hot path (most lines of a COLL log): what depends only on the prefix, the
             # comm and the call's shape is worked out once per distinct combination.
+            ts = None
+            if b"-" in pre:                    # a timestamp (NCCL >= 2.26, or the launcher's)
+                t = _TIMESTAMP.search(pre)
+                if t is not None:
+                    ts = _epoch_us(t.group("date"), t.group("time"), t.group("frac"))
+                    pre = pre[:t.start()] + pre[t.end():]
             key = (pre, op, g[_COUNT], g[_DTYPE], g[_COMM], g[_NRANKS], g[_GRANK])
             shape = shapes.get(key)
             if shape is None:
@@ -176,7 +182,7 @@ def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
             if shape is _UNKNOWN_OP:
                 state.summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
                 continue
-            thread, ts, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, p2p = shape
+            thread, _, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, p2p = shape
             calls = pending[thread]
             calls.append(CollectiveCall(name, f"line {line + 1}", coll, rank, comm, nranks, dtype, n,
                                         nbytes, int(g[_OPCOUNT], 16), ts, None,
@@ -222,15 +228,23 @@ def _process(pre: bytes) -> tuple[bytes, bytes, bytes, int | None, float | None]
     if b"-" in pre:
         t = _TIMESTAMP.search(pre)
         if t:
-            seconds = calendar.timegm(time.strptime((t.group("date") + b" " + t.group("time")).decode(),
-                                                    "%Y-%m-%d %H:%M:%S"))
-            ts = seconds * 1e6 + (float(t.group("frac")) * 1e6 if t.group("frac") else 0.0)
+            ts = _epoch_us(t.group("date"), t.group("time"), t.group("frac"))
     result = (host, pid, tid, rank, ts)
     if ts is None:                           # prefixes with a timestamp never repeat
         if len(_prefix_cache) > 100_000:
             _prefix_cache.clear()
         _prefix_cache[pre] = result
     return result
+
+
+@functools.lru_cache(maxsize=4096)
+def _epoch_seconds(date: bytes, clock: bytes) -> int:
+    return calendar.timegm(time.strptime((date + b" " + clock).decode(), "%Y-%m-%d %H:%M:%S"))
+
+
+def _epoch_us(date: bytes, clock: bytes, frac: bytes | None) -> float:
+    """Microseconds since the epoch of a `YYYY-MM-DD HH:MM:SS[.ffffff]` timestamp (UTC)."""
+    return _epoch_seconds(date, clock) * 1e6 + (float(frac) * 1e6 if frac else 0.0)
 
 
 def _host_name(host: bytes) -> str:
