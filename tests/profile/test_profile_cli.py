@@ -145,3 +145,26 @@ def test_malformed_trace_located_error_no_output(tmp_path, capsys):
 def test_missing_trace(tmp_path, capsys):
     code, _, err = run(capsys, tmp_path / "nope.json")
     assert code == 1 and "no such file" in err
+
+
+def test_directory_of_two_ranks_is_combined(tmp_path, capsys):
+    # Ranks 0 and 1 of a 128-rank job: calls both ranks made at the same size and in the
+    # same order become one job call seen by 2 ranks; the rest stay single-rank.
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for r in (0, 1):
+        src = sample(f"hta__trace_filter__sampled_rank-{r}.json.gz")
+        (ranks / src.name).write_bytes(src.read_bytes())
+    out = tmp_path / "mix.json"
+    code, text, _ = run(capsys, ranks, "--json", out)
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["world_size"] == 128 and len(data["sources"]) == 2
+    rows = data["collectives"]
+    assert sum(r["calls"] for r in rows) == 20
+    both = [r for r in rows if r["ranks_seen"] == 2]
+    assert both and sum(r["job_calls"] for r in rows) < 20
+    for r in both:  # latency is the shorter rank's; the spread is reported as straggler time
+        assert r["time_us"] is not None and r["straggler_us"] >= 0
+    assert all(r["named_by"] == {"launch-op": r["calls"]} for r in rows)
+    assert "launched the kernel" in text
