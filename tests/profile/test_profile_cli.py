@@ -168,3 +168,10 @@ def test_directory_of_two_ranks_is_combined(tmp_path, capsys):
         assert r["time_us"] is not None and r["straggler_us"] >= 0
     assert all(r["named_by"] == {"launch-op": r["calls"]} for r in rows)
     assert "launched the kernel" in text
+
+
+def test_bad_topology_and_rank_map(capsys):
+    code, _, err = run(capsys, sample(KINETO), "--topology", "nosuch(3)")
+    assert code == 1 and "<--topology>:1:1: error: unknown topology 'nosuch'" in err
+    code, _, err = run(capsys, sample(KINETO), "--topology", "dgx1", "--rank-map", "0,x")
+    assert code == 2 and "--rank-map takes comma-separated GPU numbers" in err
