@@ -53,3 +53,33 @@ def test_nccl_tests_command_lines():
     assert command_for("allgather", 16, "float32", 1, 2) == \
         "mpirun -np 16 ./build/all_gather_perf -b 1 -e 2 -f 2 -d float -g 1"
     assert command_for("send", 2, "float16", 8, 8).startswith("./build/sendrecv_perf")
+
+
+def test_model_per_iteration_with_a_sub_communicator():
+    from collc.profile.mix import build_mix
+    from collc.profile.model import model_mix
+    from collc.profile.records import CollectiveCall
+
+    calls = []
+    for it in range(3):  # 3 iterations: a world AllReduce, then an AllGather on ranks 2 and 3
+        for r in range(4):
+            calls.append(CollectiveCall("f", "l", "allreduce", rank=r, communicator="world", nranks=4,
+                                        bytes=64 << 20, duration_us=900.0, start_us=it * 10.0))
+        for r in (2, 3):
+            calls.append(CollectiveCall("f", "l", "allgather", rank=r, communicator="tp", nranks=2,
+                                        group_ranks=(2, 3), bytes=1 << 20, duration_us=50.0,
+                                        start_us=it * 10.0 + 5))
+    mix = build_mix(calls, world_size=4)
+    assert mix.iterations.count == 3
+    topo = frontend.resolve_topology("dgx1")
+    result = model_mix(mix, topo, rank_map=[0, 1, 2, 3], seconds=0.5)
+    by_coll = {t.collective: t for t in result.timings}
+    assert by_coll["allreduce"].calls_per_iteration == 1.0
+    assert by_coll["allgather"].placement.gpus == (2, 3)
+    assert [g.name for g in by_coll["allgather"].placement.topology.gpus] == ["g[2]", "g[3]"]
+    base, collc, bound = (result.total(w) for w in ("baseline", "collc", "bound"))
+    assert bound <= collc <= base
+    assert base == pytest.approx(sum(t.baseline_s for t in result.timings))
+    # Only links among the used GPUs carry bytes.
+    used = {n for (a, b), (byts, _) in result.link_load("baseline").items() if byts > 0 for n in (a, b)}
+    assert used <= {"g[0]", "g[1]", "g[2]", "g[3]"}
