@@ -114,7 +114,8 @@ def instantiate(entry: "Entry", topology: Topology, collective: Collective,
     with called_from(f"algorithm {defn.name} for {collective.name} on {topology.name}", call_span):
         _AlgorithmRunner(ev, program).run(defn.body, scope.child())
     scratch = () if program.scratch is None else (program.scratch,) * collective.ranks
-    meta: dict[str, Any] = {"source": "algorithm", "algorithm": defn.name, "module": entry.where}
+    meta: dict[str, Any] = {"source": "algorithm", "algorithm": defn.name, "module": entry.where,
+                            "stdlib": entry.is_stdlib}
     if ring is not None:
         meta["ring"] = list(ring)
     if tree is not None:
