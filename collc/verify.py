@@ -35,6 +35,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
             f"schedule '{schedule.name}' is for {ranks} ranks but topology '{topology.name}' has "
             f"{topology.num_ranks} GPUs")
     position: dict[int, int] = {}
+    unused = {r for r, buf in enumerate(schedule.collective.outputs) if all(v is None for v in buf)}
     for pos, op in enumerate(schedule.ops):
         if op.id in position:
             raise ScheduleError(f"op {op.id} appears twice in schedule '{schedule.name}'", op.origin)
@@ -63,7 +64,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
                     f"{'' if op.count == 1 else f'..{loc.index + op.count}'}], but that buffer has {size} slots",
                     op.origin)
         if not in_place:
-            _check_writable(schedule, op)
+            _check_writable(schedule, op, unused)
         if topology is not None and op.is_transfer:
             if op.route:
                 _check_route(op, topology)
@@ -74,7 +75,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
                     "only; relay it through a GPU (one op into the relay's buffer, one out of it)", op.origin)
 
 
-def _check_writable(schedule: Schedule, op: Op) -> None:
+def _check_writable(schedule: Schedule, op: Op, unused: set[int]) -> None:
     """Inputs are read-only (NCCL's sendbuff is const), and a rank whose output the
     collective leaves empty (a non-root of Reduce or Gather) may have no receive buffer
     at all; partial results belong in scratch."""
@@ -83,7 +84,7 @@ def _check_writable(schedule: Schedule, op: Op) -> None:
         raise ScheduleError(
             f"op {op.id} writes {dst}: input buffers are read-only (NCCL's send buffer is const); "
             "keep partial results in scratch", op.origin)
-    if dst.buffer is Buffer.OUTPUT and all(v is None for v in schedule.collective.outputs[dst.rank]):
+    if dst.buffer is Buffer.OUTPUT and dst.rank in unused:
         raise ScheduleError(
             f"op {op.id} writes {dst}, but {schedule.collective.name} leaves rank {dst.rank}'s output "
             "unused (it may not exist on that rank); keep partial results in scratch", op.origin)
