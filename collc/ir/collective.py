@@ -10,6 +10,7 @@ missing contribution exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from enum import Enum
 from typing import Any, Iterable, NamedTuple
 
@@ -209,7 +210,13 @@ STANDARD = {
 
 
 def standard(kind: CollectiveKind | str, ranks: int, chunks: int = 1, root: int = 0) -> Collective:
-    kind = CollectiveKind(kind)
+    """The standard collective; the same (immutable) object for the same arguments, so
+    the front end's, the backends' and the verifiers' copies compare by identity."""
+    return _standard(CollectiveKind(kind), ranks, chunks, root)
+
+
+@lru_cache(maxsize=8)
+def _standard(kind: CollectiveKind, ranks: int, chunks: int, root: int) -> Collective:
     build = STANDARD[kind]
     with few_collections():
         if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER, CollectiveKind.SCATTER):
