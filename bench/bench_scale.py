@@ -39,7 +39,8 @@ compile allgather on big() size 1 MiB;
 
 def run(args: list[str], cwd: Path, timeout: float) -> dict:
     """One `collc` process: seconds, peak MiB, exit status (None: timed out)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu0 = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-m", "collc", *args], cwd=cwd, capture_output=True, text=True,
@@ -49,9 +50,11 @@ def run(args: list[str], cwd: Path, timeout: float) -> dict:
     except subprocess.TimeoutExpired:
         status, tail = None, f"timed out after {timeout:.0f} s"
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     # ru_maxrss is the largest child so far (KiB on Linux): exact when it grew, a bound otherwise.
-    return {"seconds": round(seconds, 2), "peak_mib": round(max(peak, before) / 1024), "status": status,
+    # CPU seconds (user + system) say more than wall time on a shared machine.
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime - cpu0, 2),
+            "peak_mib": round(max(usage.ru_maxrss, before) / 1024), "status": status,
             "tail": tail if status else ""}
 
 
@@ -80,15 +83,16 @@ def check_case(cwd: Path, timeout: float) -> dict:
 
 def markdown(rows: list[dict], machine: str) -> str:
     lines = [f"Measured on {machine}; `collc` run as a user runs it (a fresh process each).", "",
-             "| case | collc s (goal) | peak MiB | collc verify s | XML MiB | goal |",
-             "|---|---|---|---|---|---|"]
+             "| case | collc wall s (goal) | collc CPU s | peak MiB | collc verify wall / CPU s | XML MiB | goal |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["compile"]
         took = f"{c['seconds']:.1f}" if c["status"] == 0 else ("timed out" if c["status"] is None else "failed")
         goal = f" ({r['goal_s']:.0f})" if "goal_s" in r else ""
-        ver = f"{r['verify']['seconds']:.1f}" if "verify" in r else "-"
+        ver = f"{r['verify']['seconds']:.1f} / {r['verify']['cpu_seconds']:.1f}" if "verify" in r else "-"
         met = "-" if "met" not in r else ("met" if r["met"] else "not met")
-        lines.append(f"| {r['case']} | {took}{goal} | {c['peak_mib']} | {ver} | {r.get('xml_mib', '-')} | {met} |")
+        lines.append(f"| {r['case']} | {took}{goal} | {c['cpu_seconds']:.1f} | {c['peak_mib']} | {ver} | "
+                     f"{r.get('xml_mib', '-')} | {met} |")
     return "\n".join(lines) + "\n"
 
 
@@ -98,8 +102,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default="bench/results/scale.json")
     ap.add_argument("--md", default="bench/results/scale.md")
+    ap.add_argument("--label", default="", help="what is measured (e.g. a commit), written into the results")
     args = ap.parse_args()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    if args.label:
+        machine += f" ({args.label})"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)

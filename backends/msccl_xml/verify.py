@@ -58,6 +58,7 @@ from collc.backends.msccl_xml.simulate import (
 )
 from collc.diagnostics import CollcError, ScheduleError, Span, format_error
 from collc.ir.collective import ChunkId, Collective, CollectiveKind, Value, standard, value_str
+from collc.ir.heap import few_collections
 
 # Limits of the current MSCCL executor (msccl_struct.h, NCCL's MAXCHANNELS, msccl_parser.cc).
 MAX_CHANNELS = 32
@@ -161,7 +162,8 @@ def _format_warning(w: CollcError, sources: dict[str, str]) -> str:
 def verify_file(path: Path, **kw: Any) -> VerifyReport:
     """Verify one file. Raises `CollcError` (with a Span) when it cannot be read or is not
     well-formed MSCCL XML; every other problem is in the report."""
-    return verify_document(read_xml_document(Path(path)), **kw)
+    with few_collections():  # a large file is millions of small objects kept to the end
+        return verify_document(read_xml_document(Path(path)), **kw)
 
 
 def verify_files(paths: Iterable[Path], **kw: Any) -> list[VerifyReport]:
