@@ -25,14 +25,14 @@ compile allgather on big() size 1 MiB;
 def test_check_of_a_2000_gpu_topology_with_a_request_takes_seconds(tmp_path):
     path = tmp_path / "big.coll"
     path.write_text(BIG)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     summary = fe.check_file(path)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0  # CPU time: the machine may be shared
     assert "big: 2000 GPUs, 2001 nodes, 4000 links" in str(summary)
     (request,) = summary.requests
     assert request.collective.ranks == 2000 and request.collective.kind.value == "allgather"
     assert request.collective.outputs[1999][1234] == frozenset({(1234, 0)})
-    assert elapsed < 20, f"check took {elapsed:.1f} s"
+    assert elapsed < 20, f"check took {elapsed:.1f} s of CPU"
 
 
 def test_unreachable_ranks_are_still_found_in_a_large_split_cluster(tmp_path):
