@@ -349,7 +349,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from collc.backends.msccl_xml.verify import verify_files
 
     reports = verify_files([Path(p) for p in args.files], max_steps=args.max_steps, strict=args.strict,
-                           fifo_capacity=args.fifo_capacity)
+                           fifo_capacity=args.fifo_capacity, runtime=args.runtime, sms=args.sms)
     if args.json:
         _json_out([{"file": r.source, "ok": r.ok, "summary": r.summary(),
                     "errors": [str(e) for e in r.errors], "warnings": [str(w) for w in r.warnings]}
@@ -422,9 +422,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("verify", help="verify MSCCL XML files symbolically")
     c.add_argument("files", nargs="+", metavar="FILE.xml")
-    c.add_argument("--max-steps", type=int, default=64, help="steps per threadblock limit (old runtime: 256)")
+    c.add_argument("--max-steps", type=int, default=None,
+                   help="steps per threadblock limit (default: the runtime's, 64 current, 256 legacy)")
+    c.add_argument("--runtime", choices=["current", "legacy"], default="current",
+                   help="judge against the current MSCCL executor (default: a file it would skip, e.g. one "
+                        "without minBytes/maxBytes/outofplace, fails) or the older runtime (legacy)")
+    c.add_argument("--sms", type=int, default=None, metavar="N",
+                   help="SMs per GPU: fail a GPU with more threadblocks than can be resident at once (N - 2)")
     c.add_argument("--strict", action="store_true",
-                   help="treat what makes the current executor skip a file (missing attributes) as errors")
+                   help="with --runtime legacy: treat what makes the current executor skip a file as errors")
     c.add_argument("--fifo-capacity", type=int, default=None, metavar="N",
                    help="messages a connection buffers (default: unbounded; Simple buffers 2)")
     c.add_argument("--json", action="store_true")

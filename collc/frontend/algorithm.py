@@ -17,6 +17,7 @@ from collc.diagnostics import CollcError, ScheduleError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import Evaluator, NotAValue, Scope, as_int, RankRangeError
 from collc.frontend.rings import find_ring, find_tree
+from collc.frontend.stdlib_builders import builder_for
 from collc.frontend.runner import BodyRunner, bind_args, called_from, instance_name, params_scope
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
@@ -85,7 +86,10 @@ def _mentions(stmts: Sequence[ast.Stmt], name: str) -> bool:
 
 
 def instantiate(entry: "Entry", topology: Topology, collective: Collective,
-                args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None) -> Schedule:
+                args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None,
+                interpret: bool = False) -> Schedule:
+    """The algorithm's verified schedule. The standard library's ring algorithms are run
+    by `stdlib_builders` (the same ops, faster); `interpret=True` interprets them anyway."""
     defn = entry.defn
     assert isinstance(defn, ast.AlgorithmDef)
     if defn.collective != collective.name:
@@ -111,10 +115,16 @@ def instantiate(entry: "Entry", topology: Topology, collective: Collective,
     bound = bind_args(defn, args, call_span, base, ev)
     program = _Program(collective)
     scope = params_scope(base, defn, bound)
+    built = None if interpret or ring is None else builder_for(entry.module.stdlib_name, defn)
     with called_from(f"algorithm {defn.name} for {collective.name} on {topology.name}", call_span):
-        _AlgorithmRunner(ev, program).run(defn.body, scope.child())
+        if built is not None:
+            build, stmts = built
+            build(program, collective, ring, stmts)
+        else:
+            _AlgorithmRunner(ev, program).run(defn.body, scope.child())
     scratch = () if program.scratch is None else (program.scratch,) * collective.ranks
-    meta: dict[str, Any] = {"source": "algorithm", "algorithm": defn.name, "module": entry.where}
+    meta: dict[str, Any] = {"source": "algorithm", "algorithm": defn.name, "module": entry.where,
+                            "stdlib": entry.is_stdlib}
     if ring is not None:
         meta["ring"] = list(ring)
     if tree is not None:

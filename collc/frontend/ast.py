@@ -183,6 +183,7 @@ class NodeDecl(Stmt):
     kind: NodeKindToken
     name: str
     count: Expr | None = None
+    sms: Expr | None = None  # `gpu g[8] sms 80;`: streaming multiprocessors (CUs) per GPU
 
 
 @dataclass(frozen=True)

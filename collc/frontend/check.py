@@ -180,8 +180,9 @@ class _BodyChecker:
         elif isinstance(s, ast.Require):
             self.expr(s.cond, scope)
         elif isinstance(s, ast.NodeDecl):
-            if s.count is not None:
-                self.expr(s.count, scope)
+            for e in (s.count, s.sms):
+                if e is not None:
+                    self.expr(e, scope)
         elif isinstance(s, ast.PartDecl):
             if s.count is not None:
                 self.expr(s.count, scope)

@@ -48,7 +48,12 @@ Inputs = tuple[tuple[Value, ...], ...]
 Outputs = tuple[tuple[Value | None, ...], ...]
 
 
-def instantiate(entry: "Entry", ranks: int, args: Args, call_span: Span | None) -> Collective:
+def instantiate(entry: "Entry", ranks: int, args: Args, call_span: Span | None,
+                interpret: bool = False) -> Collective:
+    """The collective at `ranks` ranks. The standard library's definitions of the standard
+    collectives are not interpreted but built by `collc.ir.collective.standard` (equal
+    objects, checked by tests/stdlib; interpreting them costs a postcondition evaluation
+    per slot and contribution); `interpret=True` runs the definition anyway."""
     defn = entry.defn
     if ranks < 1:
         raise CollcError(f"a collective needs at least one rank, got {ranks}", call_span)
@@ -69,6 +74,9 @@ def instantiate(entry: "Entry", ranks: int, args: Args, call_span: Span | None) 
         if not 0 <= root < ranks:
             raise RankRangeError(f"root {root} is out of range: there are {ranks} ranks (0 to {ranks - 1})",
                              bound.spans["root"])
+    built = None if interpret else _built(entry, ranks, chunks_arg, root)
+    if built is not None:
+        return built
     scope = params_scope(base, defn, bound)
     with called_from(f"collective {defn.name} at {ranks} ranks", call_span):
         _CollectiveRunner(ev, state).run(defn.body, scope.child())
@@ -77,6 +85,20 @@ def instantiate(entry: "Entry", ranks: int, args: Args, call_span: Span | None) 
     coll = Collective(defn.name, CollectiveKind.CUSTOM, ranks, chunks_arg if chunks_arg is not None else in_size,
                       inputs, outputs, root)
     return _with_kind(coll, entry)
+
+
+def _built(entry: "Entry", ranks: int, chunks: int | None, root: int | None) -> Collective | None:
+    """The IR builder's collective for a standard library definition of a standard
+    collective (whose parameters are exactly chunks, and root for the rooted ones)."""
+    if not entry.is_stdlib:
+        return None
+    try:
+        kind = CollectiveKind(entry.defn.name)
+    except ValueError:
+        return None
+    if kind is CollectiveKind.CUSTOM or chunks is None or (kind in ROOTED) != (root is not None):
+        return None
+    return standard(kind, ranks, chunks, root or 0)
 
 
 def _with_kind(coll: Collective, entry: "Entry") -> Collective:

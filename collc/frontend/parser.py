@@ -179,8 +179,11 @@ class _ToAst(Transformer):
         return list(stmts)
 
     def node_decl(self, meta, children):
-        kind, name, count = children
-        return ast.NodeDecl(ast.NodeKindToken(kind), str(name), count, span=self._span(meta))
+        kind, name, count, sms = children
+        return ast.NodeDecl(ast.NodeKindToken(kind), str(name), count, sms, span=self._span(meta))
+
+    def sms_attr(self, meta, children):
+        return children[0]
 
     def node_kind(self, meta, children):
         return str(children[0])

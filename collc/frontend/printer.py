@@ -116,7 +116,8 @@ def _format_stmt(s: ast.Stmt, depth: int) -> list[str]:
     pad = INDENT * depth
     if isinstance(s, ast.NodeDecl):
         count = f"[{format_expr(s.count)}]" if s.count is not None else ""
-        return [f"{pad}{s.kind.value} {s.name}{count};"]
+        sms = f" sms {format_expr(s.sms)}" if s.sms is not None else ""
+        return [f"{pad}{s.kind.value} {s.name}{count}{sms};"]
     if isinstance(s, ast.PartDecl):
         count = f"[{format_expr(s.count)}]" if s.count is not None else ""
         return [f"{pad}part {s.name}{count} = {format_callspec(s.topology)};"]

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 DEFAULT_LATENCY = 0.0
 # More nodes in one declaration than any real machine has is a mistake in the program.
 MAX_GROUP = 100_000
+# SMs (CUs) per GPU: today's largest GPUs have under 320; ten times that is a typo.
+MAX_SMS = 4096
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Elaborated:
     nodes: list[tuple[str, NodeKind]] = field(default_factory=list)
     groups: dict[str, Group] = field(default_factory=dict)
     links: dict[tuple[str, str], LinkInfo] = field(default_factory=dict)
+    sms: dict[str, int] = field(default_factory=dict)  # GPU name -> SMs, where declared
 
     def prefixed(self, prefix: str) -> "Elaborated":
         return Elaborated(
@@ -78,6 +81,7 @@ class Elaborated:
             [(prefix + n, k) for n, k in self.nodes],
             {k: g.prefixed(prefix) for k, g in self.groups.items()},
             {(prefix + a, prefix + b): info for (a, b), info in self.links.items()},
+            {prefix + n: s for n, s in self.sms.items()},
         )
 
     def to_ir(self) -> Topology:
@@ -85,7 +89,7 @@ class Elaborated:
         rank = 0
         for name, kind in self.nodes:
             if kind is NodeKind.GPU:
-                nodes.append(Node(name, kind, rank))
+                nodes.append(Node(name, kind, rank, self.sms.get(name)))
                 rank += 1
             else:
                 nodes.append(Node(name, kind, None))
@@ -200,6 +204,19 @@ class _TopologyRunner(BodyRunner):
         self._declare(Group(stmt.name, stmt.kind.value, count, stmt.span, names))
         kind = NodeKind(stmt.kind.value)
         self.elab.nodes.extend((n, kind) for n in names)
+        if stmt.sms is not None:
+            sms = self._sms(stmt, scope)
+            self.elab.sms.update((n, sms) for n in names)
+
+    def _sms(self, stmt: ast.NodeDecl, scope: Scope) -> int:
+        assert stmt.sms is not None
+        if stmt.kind.value != "gpu":
+            raise CollcError(f"only a GPU has streaming multiprocessors; `sms` on a {stmt.kind.value} means "
+                             "nothing", stmt.sms.span)
+        sms = as_int(self.ev.eval(stmt.sms, scope), stmt.sms.span, "a GPU's number of SMs")
+        if not 1 <= sms <= MAX_SMS:
+            raise CollcError(f"a GPU's number of SMs must be between 1 and {MAX_SMS}, got {sms}", stmt.sms.span)
+        return sms
 
     def _part_decl(self, stmt: ast.PartDecl, scope: Scope) -> None:
         count = self._count(stmt.count, scope, f"parts in '{stmt.name}'")
@@ -211,6 +228,7 @@ class _TopologyRunner(BodyRunner):
         for prefix in prefixes:
             inst = sub.prefixed(prefix)
             self.elab.nodes.extend(inst.nodes)
+            self.elab.sms.update(inst.sms)
             for (a, b), info in inst.links.items():
                 add_link(self.elab, a, b, info)
             members.append(PartInstance(prefix, inst.groups))

@@ -10,8 +10,11 @@ missing contribution exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from enum import Enum
 from typing import Any, Iterable, NamedTuple
+
+from collc.ir.heap import few_collections
 
 
 class ChunkId(NamedTuple):
@@ -129,69 +132,69 @@ class Collective:
 
 
 # --- the standard collectives, built directly ---------------------------------------
-# The stdlib's .coll definitions produce the same objects; these builders serve passes
-# and tests that need a collective without going through the front end.
+# The stdlib's .coll definitions produce the same objects (tests/stdlib checks that by
+# interpreting them); the front end uses these builders for the stdlib's collectives,
+# since interpreting a postcondition costs ranks^2 (ranks^3 with reductions) evaluations.
+# Equal values are one shared object: an AllReduce on 1,024 ranks then holds 1,024
+# sets (one per slot index), not a million.
 
 def _identity_inputs(ranks: int, n: int) -> tuple[tuple[Value, ...], ...]:
     return tuple(tuple(frozenset({ChunkId(r, i)}) for i in range(n)) for r in range(ranks))
 
 
-def _one(r: int, i: int) -> Value:
-    return frozenset({ChunkId(r, i)})
+def _sum_over_ranks(ranks: int, index: int) -> Value:
+    return frozenset(ChunkId(s, index) for s in range(ranks))
 
 
 def allgather(ranks: int, chunks: int = 1) -> Collective:
-    outs = tuple(tuple(_one(s, i) for s in range(ranks) for i in range(chunks)) for _ in range(ranks))
-    return Collective("allgather", CollectiveKind.ALLGATHER, ranks, chunks, _identity_inputs(ranks, chunks), outs)
+    ins = _identity_inputs(ranks, chunks)
+    row = tuple(ins[s][i] for s in range(ranks) for i in range(chunks))
+    return Collective("allgather", CollectiveKind.ALLGATHER, ranks, chunks, ins, (row,) * ranks)
 
 
 def reducescatter(ranks: int, chunks: int = 1) -> Collective:
-    outs = tuple(
-        tuple(frozenset(ChunkId(s, r * chunks + i) for s in range(ranks)) for i in range(chunks))
-        for r in range(ranks)
-    )
+    outs = tuple(tuple(_sum_over_ranks(ranks, r * chunks + i) for i in range(chunks)) for r in range(ranks))
     return Collective("reducescatter", CollectiveKind.REDUCESCATTER, ranks, chunks,
                       _identity_inputs(ranks, ranks * chunks), outs)
 
 
 def allreduce(ranks: int, chunks: int = 1) -> Collective:
     n = ranks * chunks
-    outs = tuple(tuple(frozenset(ChunkId(s, j) for s in range(ranks)) for j in range(n)) for _ in range(ranks))
-    return Collective("allreduce", CollectiveKind.ALLREDUCE, ranks, chunks, _identity_inputs(ranks, n), outs)
+    row = tuple(_sum_over_ranks(ranks, j) for j in range(n))
+    return Collective("allreduce", CollectiveKind.ALLREDUCE, ranks, chunks, _identity_inputs(ranks, n),
+                      (row,) * ranks)
 
 
 def alltoall(ranks: int, chunks: int = 1) -> Collective:
-    outs = tuple(tuple(_one(s, r * chunks + i) for s in range(ranks) for i in range(chunks)) for r in range(ranks))
-    return Collective("alltoall", CollectiveKind.ALLTOALL, ranks, chunks,
-                      _identity_inputs(ranks, ranks * chunks), outs)
+    ins = _identity_inputs(ranks, ranks * chunks)
+    outs = tuple(tuple(ins[s][r * chunks + i] for s in range(ranks) for i in range(chunks)) for r in range(ranks))
+    return Collective("alltoall", CollectiveKind.ALLTOALL, ranks, chunks, ins, outs)
 
 
 def broadcast(ranks: int, chunks: int = 1, root: int = 0) -> Collective:
-    outs = tuple(tuple(_one(root, i) for i in range(chunks)) for _ in range(ranks))
-    return Collective("broadcast", CollectiveKind.BROADCAST, ranks, chunks, _identity_inputs(ranks, chunks),
-                      outs, root)
+    ins = _identity_inputs(ranks, chunks)
+    return Collective("broadcast", CollectiveKind.BROADCAST, ranks, chunks, ins, (ins[root],) * ranks, root)
 
 
 def reduce(ranks: int, chunks: int = 1, root: int = 0) -> Collective:
-    outs = tuple(
-        tuple(frozenset(ChunkId(s, i) for s in range(ranks)) if r == root else None for i in range(chunks))
-        for r in range(ranks)
-    )
+    sums = tuple(_sum_over_ranks(ranks, i) for i in range(chunks))
+    empty = (None,) * chunks
+    outs = tuple(sums if r == root else empty for r in range(ranks))
     return Collective("reduce", CollectiveKind.REDUCE, ranks, chunks, _identity_inputs(ranks, chunks), outs, root)
 
 
 def gather(ranks: int, chunks: int = 1, root: int = 0) -> Collective:
-    outs = tuple(
-        tuple(_one(s, i) if r == root else None for s in range(ranks) for i in range(chunks))
-        for r in range(ranks)
-    )
-    return Collective("gather", CollectiveKind.GATHER, ranks, chunks, _identity_inputs(ranks, chunks), outs, root)
+    ins = _identity_inputs(ranks, chunks)
+    full = tuple(ins[s][i] for s in range(ranks) for i in range(chunks))
+    empty = (None,) * (ranks * chunks)
+    outs = tuple(full if r == root else empty for r in range(ranks))
+    return Collective("gather", CollectiveKind.GATHER, ranks, chunks, ins, outs, root)
 
 
 def scatter(ranks: int, chunks: int = 1, root: int = 0) -> Collective:
-    outs = tuple(tuple(_one(root, r * chunks + i) for i in range(chunks)) for r in range(ranks))
-    return Collective("scatter", CollectiveKind.SCATTER, ranks, chunks,
-                      _identity_inputs(ranks, ranks * chunks), outs, root)
+    ins = _identity_inputs(ranks, ranks * chunks)
+    outs = tuple(tuple(ins[root][r * chunks + i] for i in range(chunks)) for r in range(ranks))
+    return Collective("scatter", CollectiveKind.SCATTER, ranks, chunks, ins, outs, root)
 
 
 STANDARD = {
@@ -207,11 +210,18 @@ STANDARD = {
 
 
 def standard(kind: CollectiveKind | str, ranks: int, chunks: int = 1, root: int = 0) -> Collective:
-    kind = CollectiveKind(kind)
+    """The standard collective; the same (immutable) object for the same arguments, so
+    the front end's, the backends' and the verifiers' copies compare by identity."""
+    return _standard(CollectiveKind(kind), ranks, chunks, root)
+
+
+@lru_cache(maxsize=8)
+def _standard(kind: CollectiveKind, ranks: int, chunks: int, root: int) -> Collective:
     build = STANDARD[kind]
-    if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER, CollectiveKind.SCATTER):
-        return build(ranks, chunks, root)  # type: ignore[call-arg]
-    return build(ranks, chunks)
+    with few_collections():
+        if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER, CollectiveKind.SCATTER):
+            return build(ranks, chunks, root)  # type: ignore[call-arg]
+        return build(ranks, chunks)
 
 
 def chunks_of(values: Iterable[Value | None]) -> set[ChunkId]:

@@ -26,6 +26,9 @@ class Node:
     kind: NodeKind
     # The collective rank of a GPU (its position in declaration order); None otherwise.
     rank: int | None = None
+    # A GPU's streaming multiprocessors (AMD: compute units), when the topology says:
+    # how many threadblocks can be resident at once (see backends/msccl_xml/limits.py).
+    sms: int | None = None
 
     @property
     def holds_data(self) -> bool:
@@ -118,7 +121,8 @@ class Topology:
         return {
             "name": self.name,
             "description": self.description,
-            "nodes": [{"name": n.name, "kind": n.kind.value, "rank": n.rank} for n in self.nodes],
+            "nodes": [{"name": n.name, "kind": n.kind.value, "rank": n.rank,
+                       **({"sms": n.sms} if n.sms is not None else {})} for n in self.nodes],
             "links": [
                 {"src": l.src, "dst": l.dst, "bandwidth": l.bandwidth, "latency": l.latency,
                  "multiplicity": l.multiplicity}
@@ -131,7 +135,7 @@ class Topology:
         return cls(
             name=data["name"],
             description=data.get("description", ""),
-            nodes=tuple(Node(d["name"], NodeKind(d["kind"]), d.get("rank")) for d in data["nodes"]),
+            nodes=tuple(Node(d["name"], NodeKind(d["kind"]), d.get("rank"), d.get("sms")) for d in data["nodes"]),
             links=tuple(Link(d["src"], d["dst"], float(d["bandwidth"]), float(d["latency"]),
                              int(d.get("multiplicity", 1))) for d in data["links"]),
         )
