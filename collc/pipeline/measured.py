@@ -70,6 +70,15 @@ def _collective_name(event: dict[str, Any]) -> str:
 
 def read_rank_traces(path: Path) -> list[RankTrace]:
     """One RankTrace per GPU the trace has kernels on (normally one)."""
+    if not Path(path).is_file():
+        raise CollcError(f"cannot read trace '{path}': no such file", Span(str(path), 1, 1))
+    try:
+        return _read(path)
+    except OSError as exc:
+        raise CollcError(f"cannot read trace '{path}': {exc.strerror or exc}", Span(str(path), 1, 1)) from None
+
+
+def _read(path: Path) -> list[RankTrace]:
     trace = ChromeTrace(path)
     kernels: dict[int, list[tuple[float, float]]] = {}
     nccl: dict[int, list[tuple[float, float, str]]] = {}
@@ -144,12 +153,12 @@ class Measurement:
     lanes: list[Lane]
 
 
-def measure(paths: list[Path], threshold_s: float = 100e-6) -> Measurement:
+def measure(paths: list[Path], threshold_us: float = 100.0) -> Measurement:
+    """Bubbles longer than `threshold_us` microseconds (Kineto's unit, kept exact)."""
     ranks = [rt for p in paths for rt in read_rank_traces(p)]
     t0 = min(rt.start for rt in ranks)
     t1 = max(rt.end for rt in ranks)
     step = t1 - t0
-    threshold_us = threshold_s * 1e6
     stages, lanes = [], []
     for i, rt in enumerate(ranks):
         edges = [(t0, t0)] + rt.compute + [(t1, t1)]
