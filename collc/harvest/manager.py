@@ -62,6 +62,7 @@ class Window:
     source: str                      # "trainer" or "schedule"
     actual_end: float | None = None
     harvested_s: float = 0.0
+    cpu_s: float = 0.0
 
     @property
     def end(self) -> float:
@@ -83,6 +84,7 @@ class TaskRecord:
     progress_unit: str = ""
     progress: float = 0.0
     harvested_s: float = 0.0
+    cpu_s: float = 0.0
     steps: int = 0
     runs: int = 0
     max_overrun_s: float = 0.0
@@ -97,6 +99,7 @@ class TaskRecord:
         return {"id": self.id, "name": self.spec.name, "device": self.device,
                 "state": self.state, "kind": self.kind, "priority": self.spec.priority,
                 "memory_bytes": self.spec.memory_bytes, "harvested_s": self.harvested_s,
+                "cpu_s": self.cpu_s,
                 "steps": self.steps, "runs": self.runs, "progress": self.progress,
                 "progress_unit": self.progress_unit, "max_overrun_s": self.max_overrun_s,
                 "pid": self.proc.pid if self.proc is not None else None,
@@ -188,12 +191,15 @@ class Manager:
                 runs = [r for r in self.runs if r["device"] == name]
                 bubble_s = sum(b["end"] - b["start"] for b in bubbles)
                 harvested = sum(b["harvested_s"] for b in bubbles)
+                cpu = sum(b["cpu_s"] for b in bubbles)
                 overruns = sorted(r["overrun_s"] for r in runs)
                 devices[name] = {
                     "free_bytes": self.devices[name].free_bytes,
                     "bubbles": len(bubbles), "bubble_s": bubble_s,
                     "harvested_s": harvested,
                     "harvested_share": harvested / bubble_s if bubble_s else 0.0,
+                    # CPU time the tasks really got (others' load on the core shows here)
+                    "cpu_s": cpu, "cpu_share": cpu / bubble_s if bubble_s else 0.0,
                     "runs": len(runs),
                     "max_overrun_s": overruns[-1] if overruns else 0.0,
                     "p99_overrun_s": overruns[int(0.99 * (len(overruns) - 1))]
@@ -451,22 +457,24 @@ class DeviceWorker(threading.Thread):
         with self.m.lock:
             self.m.bubbles.append({"device": w.device, "window": w.id, "source": w.source,
                                    "start": self.m.rel(w.start), "end": self.m.rel(w.end),
-                                   "harvested_s": w.harvested_s})
+                                   "harvested_s": w.harvested_s, "cpu_s": w.cpu_s})
 
     def _record_run(self, t: TaskRecord, w: Window, start: float, end: float,
-                    steps: int) -> None:
+                    steps: int, cpu_s: float) -> None:
         start = max(start, w.start)
         overrun = max(0.0, end - w.end)
         inside = max(0.0, min(end, w.end) - start)
         with self.m.lock:
             t.harvested_s += inside
+            t.cpu_s += cpu_s
             w.harvested_s += inside
+            w.cpu_s += cpu_s
             t.runs += 1
             t.max_overrun_s = max(t.max_overrun_s, overrun)
             self.m.runs.append({"task": t.id, "name": t.spec.name, "device": w.device,
                                 "window": w.id, "start": self.m.rel(start),
                                 "end": self.m.rel(end), "steps": steps,
-                                "overrun_s": overrun})
+                                "cpu_s": cpu_s, "overrun_s": overrun})
 
     def _record_iterative_run(self, t: TaskRecord, info: dict[str, Any]) -> None:
         w = self._current
@@ -477,7 +485,7 @@ class DeviceWorker(threading.Thread):
         t.state = "finished" if info["finished"] else "paused"
         if w is not None:
             self._record_run(t, w, max(info["t_start"], t.resumed_at), info["t_end"],
-                             info["steps"])
+                             info["steps"], info["cpu_s"])
 
     _current: Window | None = None
 
@@ -514,7 +522,7 @@ class DeviceWorker(threading.Thread):
         t.stuck_s += now - t.resumed_at
         t.frozen = True
         t.state = "paused"
-        self._record_run(t, w, t.resumed_at, now, 0)
+        self._record_run(t, w, t.resumed_at, now, 0, 0.0)
         self.m.incident(t, "overrun", f"task {t.spec.name!r} was still in step() "
                                       f"{(now - w.end) * 1e3:.1f} ms after the bubble "
                                       f"ended: paused with SIGSTOP")
@@ -529,6 +537,7 @@ class DeviceWorker(threading.Thread):
 
     def _run_imperative(self, t: TaskRecord, w: Window) -> None:
         t.resumed_at = time.monotonic()
+        cpu_before = _cpu_seconds(t.proc.pid)
         t.state = "running"
         if not t.started:
             t.conn.send(("start",))
@@ -545,7 +554,7 @@ class DeviceWorker(threading.Thread):
             self._pump(deadline - now)
         end = time.monotonic()
         t.progress = t.progress_cell.value
-        self._record_run(t, w, t.resumed_at, end, 0)
+        self._record_run(t, w, t.resumed_at, end, 0, _cpu_seconds(t.proc.pid) - cpu_before)
 
     # --- stopping tasks -----------------------------------------------------------------
     def _stop_requested(self) -> None:
@@ -603,6 +612,16 @@ def _realtime_if_permitted() -> None:
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
     except (AttributeError, OSError):
         pass
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _wait_until_stopped(pid: int, timeout: float = 0.05) -> None:

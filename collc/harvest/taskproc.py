@@ -87,6 +87,7 @@ def _run_iterative(task: IterativeTask, conn: Connection, deadline: Any) -> None
         # ("run",): harvest until the shared deadline (the manager may move it earlier).
         task.on_running()
         t_start = time.monotonic()
+        cpu_start = time.process_time()
         steps = 0
         finished = task.is_finished()
         while not finished and time.monotonic() + estimator.estimate() <= deadline.value:
@@ -102,6 +103,7 @@ def _run_iterative(task: IterativeTask, conn: Connection, deadline: Any) -> None
         else:
             task.on_paused()
         conn.send(("ran", {"t_start": t_start, "t_end": t_end, "steps": steps,
+                           "cpu_s": time.process_time() - cpu_start,
                            "progress": float(task.progress()),
                            "step_estimate_s": estimator.estimate(), "finished": finished}))
         if finished:
