@@ -94,15 +94,21 @@ def cmd_shutdown(args: argparse.Namespace) -> int:
 
 # --- status -----------------------------------------------------------------------------
 
+def _console() -> Any:
+    from rich.console import Console
+    # Piped output is read by scripts and people alike: do not squeeze columns to 80.
+    return Console(highlight=False, emoji=False,
+                   width=None if sys.stdout.isatty() else 160)
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
 
 def _print_state(state: dict[str, Any], title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, emoji=False)
+    console = _console()
     devices = Table(title=f"Devices: {title}", title_justify="left")
     for col in ("device", "bubbles", "bubble time s", "harvested s", "harvested %",
                 "runs", "max overrun ms", "p99 overrun ms"):
@@ -167,7 +173,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_bubbles(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from collc.harvest.report import load_report
@@ -182,7 +187,7 @@ def cmd_bubbles(args: argparse.Namespace) -> int:
             table.add_row(str(s.stage), f"{b.start_s * 1e3:.3f}", f"{b.end_s * 1e3:.3f}",
                           f"{b.duration_s * 1e3:.3f}", b.cause,
                           "-" if b.free_bytes is None else f"{b.free_bytes / 2**20:.0f}")
-    Console(highlight=False, emoji=False).print(table)
+    _console().print(table)
     for s in stages:
         share = sum(b.duration_s for b in s.bubbles) / report.step_s
         print(f"stage {s.stage}: {len(s.bubbles)} bubbles, {100 * share:.1f}% of the step "
