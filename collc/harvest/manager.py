@@ -63,6 +63,7 @@ class Window:
     actual_end: float | None = None
     harvested_s: float = 0.0
     cpu_s: float = 0.0
+    tried: set[int] = field(default_factory=set)
 
     @property
     def end(self) -> float:
@@ -434,9 +435,12 @@ class DeviceWorker(threading.Thread):
             t.conn = None
 
     # --- running tasks in a window ------------------------------------------------------
-    def _pick(self) -> TaskRecord | None:
+    def _pick(self, w: Window) -> TaskRecord | None:
+        # A task runs at most once per window: it returns when its next step no longer
+        # fits, and then only a task with shorter steps can use what is left.
         ready = [t for t in self._my_tasks()
-                 if t.state == "paused" and t.stop_requested is None]
+                 if t.state == "paused" and t.stop_requested is None
+                 and t.id not in w.tried]
         if not ready:
             return None
         return min(ready, key=lambda t: (not t.frozen, -t.spec.priority, t.harvested_s, t.id))
@@ -446,10 +450,11 @@ class DeviceWorker(threading.Thread):
             now = time.monotonic()
             if now >= w.end - self.m.margin_s:
                 break
-            task = self._pick()
+            task = self._pick(w)
             if task is None:
                 self._pump(w.end - now)
                 continue
+            w.tried.add(task.id)
             if task.kind == "imperative":
                 self._run_imperative(task, w)
             else:

@@ -1,0 +1,345 @@
+"""Benchmark: a pipeline stage's trainer with side tasks harvesting its bubbles, against
+the trainer alone and against the same side tasks simply co-located.
+
+One run, modes interleaved round by round (so the shared machine's noise falls on every
+mode alike):
+  alone       the trainer on its device, side tasks frozen (SIGSTOP)
+  harvest     the trainer reports its bubbles (`HarvestClient.bubble`); the manager runs
+              the side tasks inside them
+  co-located  the same side tasks as ordinary processes on the same device, no manager
+The trainer follows one stage of a pipeline timeline (a `collc pipeline --report`
+JSON): busy intervals run real compute (an MLP stage's forward and backward, NumPy or
+CuPy), bubbles are waits for the neighbouring stages. Side tasks: a small model trained
+with SGD, PageRank on a generated graph, an image filter (imperative, signal-paused).
+
+    python bench/bench_harvest.py --rounds 6           # CPU: one core stands in for a GPU
+    python bench/bench_harvest.py --device cuda:0      # GPU (CuPy)
+
+Writes bench/results/harvest.json and harvest.md (and a timeline PNG of one harvest
+step) unless --out says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy: one core each
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import multiprocessing  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from collc.harvest import HarvestClient, ManagerHandle, TaskSpec, pin_trainer  # noqa: E402
+from collc.harvest.report import load_report  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+SIDE_TASKS = [  # (target, kwargs, memory need)
+    ("collc.harvest.workloads:SmallModelTraining", {"hidden": 512, "batch": 256}, 256 << 20),
+    ("collc.harvest.workloads:PageRank", {"nodes": 100_000}, 512 << 20),
+    ("collc.harvest.workloads:ImageFilterLoop", {"size": 384}, 256 << 20),
+]
+
+
+# --- the trainer's compute -------------------------------------------------------------
+
+class StageCompute:
+    """One pipeline stage: forward and backward of a 4-layer MLP on a micro-batch."""
+
+    def __init__(self, xp: Any, width: int = 512, batch: int = 128, layers: int = 4):
+        rng = np.random.default_rng(0)
+        self.xp = xp
+        self.w = [xp.asarray(rng.standard_normal((width, width)).astype(np.float32) * 0.04)
+                  for _ in range(layers)]
+        self.x = xp.asarray(rng.standard_normal((batch, width)).astype(np.float32))
+
+    def unit(self) -> None:
+        xp, acts = self.xp, [self.x]
+        for w in self.w:
+            acts.append(xp.tanh(acts[-1] @ w))
+        grad = acts[-1]
+        for w, a_in, a_out in zip(reversed(self.w), reversed(acts[:-1]), reversed(acts[1:])):
+            grad = grad * (1 - a_out * a_out)
+            _ = a_in.T @ grad
+            grad = grad @ w.T
+        if xp is not np:
+            xp.cuda.Device().synchronize()
+
+    def calibrate(self, seconds: float = 1.0) -> float:
+        """Seconds per unit, measured alone (the median of short batches)."""
+        for _ in range(5):
+            self.unit()
+        samples = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t = time.perf_counter()
+            for _ in range(5):
+                self.unit()
+            samples.append((time.perf_counter() - t) / 5)
+        return statistics.median(samples)
+
+
+def segments(report_path: Path, stage: int) -> tuple[list[tuple[str, float]], float]:
+    """The stage's step as ("busy" | "bubble", seconds) in order, and the step length."""
+    report = load_report(report_path)
+    out: list[tuple[str, float]] = []
+    cursor = 0.0
+    for b in report.stage(stage).bubbles:
+        if b.start_s > cursor:
+            out.append(("busy", b.start_s - cursor))
+        out.append(("bubble", b.duration_s))
+        cursor = b.end_s
+    if cursor < report.step_s:
+        out.append(("busy", report.step_s - cursor))
+    return out, report.step_s
+
+
+def run_step(compute: StageCompute, plan: list[tuple[str, int | float]],
+             client: HarvestClient | None) -> float:
+    start = time.perf_counter()
+    for i, (kind, amount) in enumerate(plan):
+        if kind == "busy":
+            for _ in range(int(amount)):
+                compute.unit()
+        elif client is not None:
+            with client.bubble(f"b{i}", expected_s=float(amount)):
+                time.sleep(float(amount))
+        else:
+            time.sleep(float(amount))
+    return time.perf_counter() - start
+
+
+# --- co-located side tasks: ordinary processes, no manager ---------------------------------
+
+def colocated_main(target: str, kwargs: dict, device: str, progress: Any) -> None:
+    import importlib
+
+    from collc.harvest.limits import parse_device, pin_to_core
+    from collc.harvest.tasks import ImperativeTask, TaskContext
+    kind, index = parse_device(device)
+    if kind == "cpu":
+        pin_to_core(index)
+        xp: Any = np
+    else:
+        import cupy as xp  # noqa: F811
+        xp.cuda.Device(index).use()
+    module, _, name = target.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    ctx = TaskContext(device, xp, None, progress)
+    task = cls(ctx, **kwargs)
+    if isinstance(task, ImperativeTask):
+        task.run()
+        return
+    task.to_device()
+    while True:
+        task.step()
+        ctx.synchronize()
+        progress.value = task.progress()
+
+
+# --- the run ------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default=None, help="cpu:N (default: the last core) or cuda:N")
+    ap.add_argument("--report", default=str(ROOT / "data" / "harvest_1f1b_timeline.json"))
+    ap.add_argument("--stage", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--steps-per-round", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "results"))
+    args = ap.parse_args(argv)
+    device = args.device or f"cpu:{max(os.sched_getaffinity(0))}"
+    on_gpu = device.startswith("cuda")
+    if on_gpu:
+        import cupy
+        xp: Any = cupy
+        cupy.cuda.Device(int(device.split(":")[1])).use()
+    else:
+        xp = np
+    pin_trainer(device)
+
+    seg, step_s = segments(Path(args.report), args.stage)
+    compute = StageCompute(xp)
+    unit_s = compute.calibrate()
+    plan = [(k, max(1, round(d / unit_s)) if k == "busy" else d) for k, d in seg]
+    bubble_s = sum(d for k, d in seg if k == "bubble")
+    print(f"timeline: stage {args.stage} of {args.report}: step {step_s:.2f} s, "
+          f"{sum(k == 'bubble' for k, _ in seg)} bubbles, {bubble_s:.2f} s "
+          f"({100 * bubble_s / step_s:.0f}%); compute unit {unit_s * 1e3:.2f} ms")
+
+    runtime_dir = Path(tempfile.mkdtemp(prefix="collc-harvest-bench-"))
+    mp = multiprocessing.get_context("spawn")
+    manager = ManagerHandle.start(runtime_dir, [f"{device}=64G"])
+    colocated: list[tuple[str, Any, Any]] = []
+    try:
+        ids = {}
+        for target, kwargs, memory in SIDE_TASKS:
+            name = target.rsplit(":", 1)[1]
+            ids[name] = manager.submit(TaskSpec(target, kwargs, memory_bytes=memory))
+            cell = mp.RawValue("d", 0.0)
+            proc = mp.Process(target=colocated_main, args=(target, kwargs, device, cell),
+                              daemon=True)
+            proc.start()
+            colocated.append((name, proc, cell))
+        for task_id in ids.values():
+            manager.wait_for(task_id, ("paused", "stopped"), timeout_s=120)
+        time.sleep(1.0)   # the co-located copies finish building their data
+        for _, proc, _ in colocated:
+            os.kill(proc.pid, signal.SIGSTOP)
+        client = HarvestClient(runtime_dir, device)
+        result = measure(args, compute, plan, client, manager, ids, colocated)
+        log = manager.shutdown()
+    finally:
+        for _, proc, _ in colocated:
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGKILL)
+        if manager.proc is not None and manager.proc.poll() is None:
+            manager.proc.kill()
+    result.update(describe(args, device, step_s, bubble_s, unit_s, log))
+    write_results(result, log, Path(args.out))
+    return 0
+
+
+def measure(args: argparse.Namespace, compute: StageCompute, plan: list, client: HarvestClient,
+            manager: ManagerHandle, ids: dict[str, int], colocated: list) -> dict[str, Any]:
+    modes = ("alone", "harvest", "co-located")
+    steps: dict[str, list[float]] = {m: [] for m in modes}
+    seconds = {m: 0.0 for m in modes}
+    work: dict[str, dict[str, float]] = {m: {n: 0.0 for n in ids} for m in modes}
+
+    def harvest_progress() -> dict[str, float]:
+        tasks = {t["name"]: t for t in manager.status()["tasks"]}
+        return {n: tasks[n]["progress"] for n in ids}
+
+    run_step(compute, plan, None)   # warm-up, not counted
+    for r in range(args.rounds):
+        for mode in modes:
+            if mode == "co-located":
+                for _, proc, _ in colocated:
+                    os.kill(proc.pid, signal.SIGCONT)
+            before = (harvest_progress() if mode == "harvest"
+                      else {n: cell.value for n, _, cell in colocated})
+            began = time.perf_counter()
+            for _ in range(args.steps_per_round):
+                steps[mode].append(run_step(compute, plan,
+                                            client if mode == "harvest" else None))
+            seconds[mode] += time.perf_counter() - began
+            if mode == "co-located":
+                for _, proc, _ in colocated:
+                    os.kill(proc.pid, signal.SIGSTOP)
+                after = {n: cell.value for n, _, cell in colocated}
+            elif mode == "harvest":
+                time.sleep(0.05)    # the manager records the last bubble's runs
+                after = harvest_progress()
+            else:
+                after = before
+            for n in ids:
+                work[mode][n] += after[n] - before[n]
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{m} {statistics.median(steps[m]):.3f} s" for m in modes), flush=True)
+    return {"steps": steps, "seconds": seconds, "work": work}
+
+
+def describe(args: argparse.Namespace, device: str, step_s: float, bubble_s: float,
+             unit_s: float, log: dict[str, Any]) -> dict[str, Any]:
+    dev = log["devices"][device]
+    return {"device": device, "report": os.path.relpath(args.report, ROOT.parent),
+            "stage": args.stage, "timeline_step_s": step_s, "timeline_bubble_s": bubble_s,
+            "compute_unit_s": unit_s, "rounds": args.rounds,
+            "steps_per_round": args.steps_per_round,
+            "harvest_device": dev, "incidents": log["incidents"],
+            "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg(),
+                        "python": platform.python_version(), "numpy": np.__version__}}
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    steps = result["steps"]
+    alone = statistics.median(steps["alone"])
+    out: dict[str, Any] = {}
+    for mode, times in steps.items():
+        med = statistics.median(times)
+        per_hour = {n: v / result["seconds"][mode] * 3600 for n, v in result["work"][mode].items()}
+        out[mode] = {"median_step_s": med, "mean_step_s": statistics.fmean(times),
+                     "min_step_s": min(times), "max_step_s": max(times), "steps": len(times),
+                     "overhead_pct": 100 * (med / alone - 1),
+                     "mean_overhead_pct": 100 * (statistics.fmean(times)
+                                                 / statistics.fmean(steps["alone"]) - 1),
+                     "work_per_hour": per_hour}
+    return out
+
+
+def write_results(result: dict[str, Any], log: dict[str, Any], out_dir: Path) -> None:
+    from collc.io import atomic_write
+    result["summary"] = summarize(result)
+    s = result["summary"]
+    dev = result["harvest_device"]
+    units = {t["name"]: t["progress_unit"] for t in log["tasks"]}
+    h, c = s["harvest"]["overhead_pct"], s["co-located"]["overhead_pct"]
+    result["goals"] = {
+        "harvest_overhead_below_2pct": h < 2.0,
+        "at_least_5x_lower_than_colocation": c > 0 and (h <= 0 or c / h >= 5),
+        "over_50pct_of_bubble_time_harvested": dev["harvested_share"] > 0.5,
+    }
+    atomic_write(out_dir / "harvest.json", json.dumps(result, indent=1))
+    lines = [
+        "# Harvesting benchmark",
+        "",
+        f"Trainer: stage {result['stage']} of `{result['report']}` "
+        f"({result['timeline_step_s']:.2f} s step, {result['timeline_bubble_s']:.2f} s of "
+        f"bubbles), device `{result['device']}`; {result['rounds']} rounds x "
+        f"{result['steps_per_round']} step(s) per mode, modes interleaved. "
+        f"Load average at the end: {', '.join(f'{x:.2f}' for x in result['machine']['load_avg'])} "
+        f"on {result['machine']['cpus']} CPUs (shared machine).",
+        "",
+        "| mode | median step (s) | min-max (s) | overhead vs alone | "
+        + " | ".join(f"{n} ({units[n]}/h)" for n in units) + " |",
+        "|---|---|---|---|" + "---|" * len(units),
+    ]
+    for mode in ("alone", "harvest", "co-located"):
+        m = s[mode]
+        lines.append(f"| {mode} | {m['median_step_s']:.3f} | {m['min_step_s']:.3f}-"
+                     f"{m['max_step_s']:.3f} | {m['overhead_pct']:+.2f}% | "
+                     + " | ".join(f"{m['work_per_hour'][n]:.3g}" for n in units) + " |")
+    lines += [
+        "",
+        f"Bubble time harvested: {100 * dev['harvested_share']:.1f}% (time side tasks were "
+        f"running inside bubbles); CPU time they got: {100 * dev['cpu_share']:.1f}% of the "
+        f"bubble time. Overrun past a bubble's end: max {dev['max_overrun_s'] * 1e3:.2f} ms, "
+        f"p99 {dev['p99_overrun_s'] * 1e3:.2f} ms over {dev['runs']} task runs. "
+        f"Co-location overhead / harvesting overhead: "
+        + (f"{c / h:.1f}x." if h > 0 else "harvesting overhead not above zero."),
+        "",
+        "Goals: " + ", ".join(f"{k.replace('_', ' ')}: {'yes' if v else 'NO'}"
+                              for k, v in result["goals"].items()) + ".",
+    ]
+    if result["incidents"]:
+        lines += ["", "Incidents:"] + [f"- {i['what']}: {i['message']}"
+                                       for i in result["incidents"]]
+    atomic_write(out_dir / "harvest.md", "\n".join(lines) + "\n")
+    try:
+        from collc.harvest.trace import chrome_trace, timeline_figure
+        atomic_write(out_dir / "harvest_trace.json", json.dumps(chrome_trace(log)))
+        last = [b for b in log["bubbles"]][-10:]
+        if last:
+            window = (last[0]["start"] - 0.3, last[-1]["end"] + 0.3)
+            fig = timeline_figure(log, "harvest mode: side tasks in one step's bubbles "
+                                  "(last harvest round)", window)
+            fig.savefig(out_dir / "harvest_timeline.png", dpi=110)
+    except ImportError:
+        pass
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
