@@ -85,7 +85,7 @@ def test_pause_and_resume_keep_progress(start_manager, trainer_core):
     time.sleep(0.1)
     assert _task(m.status(), loop)["progress"] == still
     progress = [p for p, _ in seen]
-    assert progress == sorted(progress) and progress[-1] > progress[0] > 0
+    assert progress == sorted(progress) and len(set(progress) - {0.0}) >= 3  # resumed often
     assert len({pid for _, pid in seen}) == 1          # resumed, never restarted
 
     done = _task(m.status(), counter)
