@@ -117,7 +117,8 @@ class ManagerHandle:
               hang_timeout_s: float = 2.0, timeout_s: float = 20.0) -> "ManagerHandle":
         runtime_dir = Path(runtime_dir)
         runtime_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (protocol.control_socket(runtime_dir), runtime_dir / protocol.LOG):
+        for stale in (protocol.control_socket(runtime_dir), runtime_dir / protocol.LOG,
+                      runtime_dir / protocol.READY):
             if stale.exists():
                 stale.unlink()
         cmd = [sys.executable, "-m", "collc.harvest.manager", "--dir", str(runtime_dir),
@@ -132,7 +133,7 @@ class ManagerHandle:
         proc = subprocess.Popen(cmd)
         handle = cls(runtime_dir, proc)
         deadline = time.monotonic() + timeout_s
-        while not protocol.control_socket(runtime_dir).exists():
+        while not (runtime_dir / protocol.READY).exists():
             if proc.poll() is not None:
                 raise ManagerError(f"the manager exited with status {proc.returncode}")
             if time.monotonic() > deadline:

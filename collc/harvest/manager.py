@@ -80,6 +80,8 @@ class TaskRecord:
     conn: Connection | None = None
     deadline: Any = None             # shared double: the running window's deadline
     progress_cell: Any = None        # shared double: imperative tasks' progress
+    frozen_cell: Any = None          # shared double: seconds spent frozen by the manager
+    frozen_at: float = 0.0
     state: str = "submitted"
     kind: str | None = None
     progress_unit: str = ""
@@ -174,9 +176,11 @@ class Manager:
         parent, child = self._mp.Pipe()
         record.deadline = self._mp.RawValue("d", 0.0)
         record.progress_cell = self._mp.RawValue("d", 0.0)
+        record.frozen_cell = self._mp.RawValue("d", 0.0)
         proc = self._mp.Process(target=task_main, name=f"harvest-task-{record.id}",
                                 args=(record.spec.to_json(), record.device, child,
-                                      record.deadline, record.progress_cell))
+                                      record.deadline, record.progress_cell,
+                                      record.frozen_cell))
         proc.start()
         child.close()
         with self.lock:
@@ -233,6 +237,8 @@ class Manager:
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
         for worker in self.workers.values():
             worker.start()
+        # Clients wait for this file: the socket file exists a moment before it listens.
+        (self.dir / protocol.READY).write_text(str(os.getpid()))
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         while not self.stopping.is_set():
             try:
@@ -250,7 +256,7 @@ class Manager:
         from collc.io import atomic_write
         atomic_write(self.dir / protocol.LOG, json.dumps(self.full_log(), indent=1))
         listener.close()
-        for path in [protocol.control_socket(self.dir)] + [
+        for path in [protocol.control_socket(self.dir), self.dir / protocol.READY] + [
                 protocol.events_socket(self.dir, d) for d in self.devices]:
             try:
                 path.unlink()
@@ -500,6 +506,7 @@ class DeviceWorker(threading.Thread):
         t.resumed_at = time.monotonic()
         t.state = "running"
         if t.frozen:
+            t.frozen_cell.value += t.resumed_at - t.frozen_at
             os.kill(t.proc.pid, signal.SIGCONT)
         else:
             t.conn.send(("run",))
@@ -525,7 +532,7 @@ class DeviceWorker(threading.Thread):
             return
         now = time.monotonic()
         t.stuck_s += now - t.resumed_at
-        t.frozen = True
+        t.frozen, t.frozen_at = True, now
         t.state = "paused"
         self._record_run(t, w, t.resumed_at, now, 0, 0.0)
         self.m.incident(t, "overrun", f"task {t.spec.name!r} was still in step() "

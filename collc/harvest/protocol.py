@@ -5,6 +5,7 @@ A manager owns a runtime directory:
                       submit, status, stop, shutdown
   authkey             the key for control.sock (mode 0600)
   events-<dev>.sock   one datagram socket per device, trainer -> manager, fire and forget
+  ready               written once the manager accepts requests (holds its pid)
   harvest-log.json    written at shutdown: bubbles, task runs, incidents
 
 Trainer events are datagrams, not a stream, so that sending one never blocks the training
@@ -24,6 +25,7 @@ from typing import Any
 CONTROL = "control.sock"
 AUTHKEY = "authkey"
 LOG = "harvest-log.json"
+READY = "ready"
 
 
 def events_socket(runtime_dir: str | Path, device: str) -> Path:

@@ -44,6 +44,12 @@ class StepEstimator:
     def add(self, duration_s: float) -> None:
         self.recent.append(duration_s)
 
+    def forget_largest(self) -> None:
+        """After a bubble in which no step fitted: one slow outlier (a hiccup of the
+        machine) must not keep the task out of every later bubble."""
+        if self.recent:
+            self.recent.remove(max(self.recent))
+
     def estimate(self) -> float:
         return max(self.recent) if self.recent else self.first_guess_s
 
@@ -72,7 +78,8 @@ def _load_class(spec: TaskSpec) -> type:
     return obj
 
 
-def _run_iterative(task: IterativeTask, conn: Connection, deadline: Any) -> None:
+def _run_iterative(task: IterativeTask, conn: Connection, deadline: Any,
+                   frozen: Any) -> None:
     estimator = StepEstimator(task.first_step_estimate_s)
     while True:
         command = conn.recv()
@@ -91,13 +98,16 @@ def _run_iterative(task: IterativeTask, conn: Connection, deadline: Any) -> None
         steps = 0
         finished = task.is_finished()
         while not finished and time.monotonic() + estimator.estimate() <= deadline.value:
-            began = time.monotonic()
+            began, frozen_before = time.monotonic(), frozen.value
             task.step()
             task.ctx.synchronize()
-            estimator.add(time.monotonic() - began)
+            # Time the manager kept this step frozen (SIGSTOP) is not the step's length.
+            estimator.add(time.monotonic() - began - (frozen.value - frozen_before))
             steps += 1
             finished = task.is_finished()
         t_end = time.monotonic()
+        if steps == 0 and not finished:
+            estimator.forget_largest()
         if finished:
             task.on_finished()
         else:
@@ -122,7 +132,7 @@ def _run_imperative(task: ImperativeTask, conn: Connection) -> None:
 
 
 def task_main(spec_json: dict, device: str, conn: Connection, deadline: Any,
-              progress_cell: Any) -> None:
+              progress_cell: Any, frozen: Any) -> None:
     """Entry point of a task process (multiprocessing 'spawn' target)."""
     limits.die_with_parent()
     kind, index = limits.parse_device(device)
@@ -147,7 +157,7 @@ def task_main(spec_json: dict, device: str, conn: Connection, deadline: Any,
         else:
             task.to_device()
             conn.send(("paused", {}))
-            _run_iterative(task, conn, deadline)
+            _run_iterative(task, conn, deadline, frozen)
     except BaseException as exc:  # noqa: BLE001 (everything is reported, then we exit)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise

@@ -50,7 +50,7 @@ class MemoryHog(Counter):
     def step(self) -> None:
         import numpy as np
         self.keep = getattr(self, "keep", [])
-        self.keep.append(np.ones(32 << 20, dtype=np.uint8))  # 32 MiB per step
+        self.keep.append(np.empty(32 << 20, dtype=np.uint8))  # 32 MiB more address space
         self.count += 1
 
 
@@ -80,3 +80,14 @@ class SpinLoop(ImperativeTask):
                 pass
             n += 1
             self.ctx.report(n)
+
+
+class SlowOnce(Counter):
+    """One step (the 5th) far longer than a bubble: it must be frozen and resumed."""
+
+    def step(self) -> None:
+        if self.count == 4:
+            end = time.perf_counter() + 0.3
+            while time.perf_counter() < end:
+                pass
+        super().step()

@@ -43,7 +43,7 @@ def test_serve_submit_status_shutdown(tmp_path):
                                str(rt), "--device", "cpu:0=1G"])
     try:
         deadline = time.monotonic() + 20
-        while not (rt / "control.sock").exists():
+        while not (rt / "ready").exists():
             assert time.monotonic() < deadline and server.poll() is None
             time.sleep(0.05)
         run = lambda *a: subprocess.run([sys.executable, "-m", "collc", "harvest", *a],

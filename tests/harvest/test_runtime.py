@@ -75,7 +75,8 @@ def test_pause_and_resume_keep_progress(start_manager, trainer_core):
     wait_paused(m, counter, loop)
     client = HarvestClient(m.dir, trainer_core)
     seen = []
-    for _ in range(8):
+    while len(seen) < 30 and (len(seen) < 6
+                              or _task(m.status(), counter)["state"] != "finished"):
         train(client, steps=1, bubble_s=0.1)
         state = m.status()
         seen.append((_task(state, loop)["progress"], _task(state, loop)["pid"]))
@@ -100,13 +101,19 @@ def test_memory_cap_stops_only_the_offender(start_manager, trainer_core):
     good = m.submit(spec("Counter"))
     wait_paused(m, hog, good)
     client = HarvestClient(m.dir, trainer_core)
-    times = train(client, steps=5)
+    # On a loaded machine a task at idle priority gets what CPU the bubbles leave it:
+    # train until the hog has hit its cap (bounded), then on.
+    times: list[float] = []
+    while len(times) < 40 and _task(m.status(), hog)["state"] != "stopped":
+        times += train(client, steps=1)
+    progress = _task(m.status(), good)["progress"]
+    times += train(client, steps=4)
     state = m.status()
     assert _task(state, hog)["state"] == "stopped"
     assert "exceeded its memory cap of 96 MiB" in _task(state, hog)["message"]
     assert any(i["what"] == "memory cap" and i["task"] == hog for i in state["incidents"])
     assert _task(state, good)["state"] == "paused"
-    assert _task(state, good)["progress"] > 0
+    assert _task(state, good)["progress"] > progress        # still harvesting
     assert max(times) < 0.04 + 0.12 + 0.1
 
 
@@ -198,3 +205,21 @@ def test_trainer_never_waits_for_an_absent_manager(tmp_path, trainer_core):
         elapsed = time.perf_counter() - start
     assert client.dropped == 400 and client.sent == 0
     assert elapsed < 0.5
+
+
+def test_a_step_longer_than_the_bubble_is_frozen_then_resumed(start_manager, trainer_core):
+    m = start_manager()
+    slow = m.submit(spec("SlowOnce"))
+    wait_paused(m, slow)
+    client = HarvestClient(m.dir, trainer_core)
+    times: list[float] = []
+    while len(times) < 30 and _task(m.status(), slow)["steps"] < 40:
+        times += train(client, steps=1)
+    state = m.status()
+    task = _task(state, slow)
+    # Frozen at the end of its bubble, it finished the long step in later ones and its
+    # step-length estimate left out the time it spent frozen: it went on harvesting.
+    assert any(i["what"] == "overrun" and i["task"] == slow for i in state["incidents"])
+    assert task["state"] == "paused" and task["steps"] >= 40
+    assert task["max_overrun_s"] <= OVERRUN_BOUND_S
+    assert sorted(times)[len(times) // 2] < 0.16 + 0.03, times
