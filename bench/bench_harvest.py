@@ -185,16 +185,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ids = {}
         for target, kwargs, memory in SIDE_TASKS:
-            name = target.rsplit(":", 1)[1]
-            ids[name] = manager.submit(TaskSpec(target, kwargs, memory_bytes=memory))
+            ids[target.rsplit(":", 1)[1]] = manager.submit(TaskSpec(target, kwargs,
+                                                                     memory_bytes=memory))
+        for task_id in ids.values():
+            manager.wait_for(task_id, ("paused", "stopped"), timeout_s=300)
+        # The co-located copies start once the harvested ones are paused (they would
+        # starve the idle-priority ones' set-up), run until each has done some work,
+        # and are frozen until their mode's turn.
+        for target, kwargs, _ in SIDE_TASKS:
             cell = mp.RawValue("d", 0.0)
             proc = mp.Process(target=colocated_main, args=(target, kwargs, device, cell),
                               daemon=True)
             proc.start()
-            colocated.append((name, proc, cell))
-        for task_id in ids.values():
-            manager.wait_for(task_id, ("paused", "stopped"), timeout_s=120)
-        time.sleep(1.0)   # the co-located copies finish building their data
+            colocated.append((target.rsplit(":", 1)[1], proc, cell))
+        deadline = time.monotonic() + 300
+        while any(cell.value == 0 for _, _, cell in colocated) and time.monotonic() < deadline:
+            time.sleep(0.1)
         for _, proc, _ in colocated:
             os.kill(proc.pid, signal.SIGSTOP)
         client = HarvestClient(runtime_dir, device)
@@ -246,8 +252,9 @@ def measure(args: argparse.Namespace, compute: StageCompute, plan: list, client:
                 after = before
             for n in ids:
                 work[mode][n] += after[n] - before[n]
+        k = args.steps_per_round
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{m} {statistics.median(steps[m]):.3f} s" for m in modes), flush=True)
+            f"{m} {statistics.fmean(steps[m][-k:]):.3f} s" for m in modes), flush=True)
     return {"steps": steps, "seconds": seconds, "work": work}
 
 
@@ -264,17 +271,30 @@ def describe(args: argparse.Namespace, device: str, step_s: float, bubble_s: flo
 
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
-    steps = result["steps"]
-    alone = statistics.median(steps["alone"])
+    """Per mode: step times, and the overhead against the trainer alone.
+
+    The overhead is paired by round (each round's mean step in the mode over the same
+    round's mean step alone): the machine's load drifts between rounds, and pairing
+    takes the drift out. The median over rounds is the figure; min and max show the
+    spread.
+    """
+    steps, k = result["steps"], result["steps_per_round"]
+
+    def round_means(times: list[float]) -> list[float]:
+        return [statistics.fmean(times[i:i + k]) for i in range(0, len(times), k)]
+
+    alone = round_means(steps["alone"])
     out: dict[str, Any] = {}
     for mode, times in steps.items():
-        med = statistics.median(times)
+        paired = [100 * (m / a - 1) for m, a in zip(round_means(times), alone)]
         per_hour = {n: v / result["seconds"][mode] * 3600 for n, v in result["work"][mode].items()}
-        out[mode] = {"median_step_s": med, "mean_step_s": statistics.fmean(times),
+        out[mode] = {"median_step_s": statistics.median(times),
+                     "mean_step_s": statistics.fmean(times),
                      "min_step_s": min(times), "max_step_s": max(times), "steps": len(times),
-                     "overhead_pct": 100 * (med / alone - 1),
-                     "mean_overhead_pct": 100 * (statistics.fmean(times)
-                                                 / statistics.fmean(steps["alone"]) - 1),
+                     "overhead_pct": statistics.median(paired),
+                     "overhead_pct_min": min(paired), "overhead_pct_max": max(paired),
+                     "overhead_of_medians_pct": 100 * (statistics.median(times)
+                                                       / statistics.median(steps["alone"]) - 1),
                      "work_per_hour": per_hour}
     return out
 
@@ -302,14 +322,15 @@ def write_results(result: dict[str, Any], log: dict[str, Any], out_dir: Path) ->
         f"Load average at the end: {', '.join(f'{x:.2f}' for x in result['machine']['load_avg'])} "
         f"on {result['machine']['cpus']} CPUs (shared machine).",
         "",
-        "| mode | median step (s) | min-max (s) | overhead vs alone | "
+        "| mode | median step (s) | min-max (s) | overhead vs alone (median; range over rounds) | "
         + " | ".join(f"{n} ({units[n]}/h)" for n in units) + " |",
         "|---|---|---|---|" + "---|" * len(units),
     ]
     for mode in ("alone", "harvest", "co-located"):
         m = s[mode]
         lines.append(f"| {mode} | {m['median_step_s']:.3f} | {m['min_step_s']:.3f}-"
-                     f"{m['max_step_s']:.3f} | {m['overhead_pct']:+.2f}% | "
+                     f"{m['max_step_s']:.3f} | {m['overhead_pct']:+.2f}% "
+                     f"({m['overhead_pct_min']:+.1f}..{m['overhead_pct_max']:+.1f}) | "
                      + " | ".join(f"{m['work_per_hour'][n]:.3g}" for n in units) + " |")
     lines += [
         "",
@@ -330,11 +351,13 @@ def write_results(result: dict[str, Any], log: dict[str, Any], out_dir: Path) ->
     try:
         from collc.harvest.trace import chrome_trace, timeline_figure
         atomic_write(out_dir / "harvest_trace.json", json.dumps(chrome_trace(log)))
-        last = [b for b in log["bubbles"]][-10:]
+        per_step = sum(1 for k, _ in segments(ROOT.parent / result["report"],
+                                              result["stage"])[0] if k == "bubble")
+        last = log["bubbles"][-per_step:]
         if last:
             window = (last[0]["start"] - 0.3, last[-1]["end"] + 0.3)
-            fig = timeline_figure(log, "harvest mode: side tasks in one step's bubbles "
-                                  "(last harvest round)", window)
+            fig = timeline_figure(log, "harvest mode: side tasks in the bubbles of the "
+                                  "last harvested step", window)
             fig.savefig(out_dir / "harvest_timeline.png", dpi=110)
     except ImportError:
         pass

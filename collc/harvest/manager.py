@@ -130,6 +130,7 @@ class Manager:
         self._mp = multiprocessing.get_context("spawn")
         self.stopped_event = threading.Event()
         self.shutdown_answered = threading.Event()
+        self.shutdown_requested = False
 
     # --- bookkeeping shared by the threads ------------------------------------------
     def rel(self, t: float) -> float:
@@ -264,7 +265,8 @@ class Manager:
                 pass
         self.stopped_event.set()
         # The shutdown request's second answer (the log is written) goes out before exit.
-        self.shutdown_answered.wait(timeout=5)
+        if self.shutdown_requested:
+            self.shutdown_answered.wait(timeout=5)
 
     def _accept(self, listener: Listener) -> None:
         while True:
@@ -306,6 +308,7 @@ class Manager:
                 self.workers[record.device].wake()
                 return {"ok": True}
             if op == "shutdown":
+                self.shutdown_requested = True
                 self.stopping.set()
                 for worker in self.workers.values():
                     worker.wake()
@@ -525,12 +528,14 @@ class DeviceWorker(threading.Thread):
 
     def _freeze(self, t: TaskRecord, w: Window) -> None:
         os.kill(t.proc.pid, signal.SIGSTOP)
+        # From here the task runs no more of its code (a stopped process that is still
+        # waiting for the CPU stops before it executes anything): this is its end.
+        now = time.monotonic()
         _wait_until_stopped(t.proc.pid)
         self._drain(t)
         if t.state != "running":      # its reply was already on the way: not stuck
             os.kill(t.proc.pid, signal.SIGCONT)
             return
-        now = time.monotonic()
         t.stuck_s += now - t.resumed_at
         t.frozen, t.frozen_at = True, now
         t.state = "paused"
@@ -560,13 +565,16 @@ class DeviceWorker(threading.Thread):
             deadline = w.end - self.m.margin_s
             if now >= deadline:
                 os.kill(t.proc.pid, signal.SIGSTOP)
+                end = time.monotonic()     # see _freeze
                 _wait_until_stopped(t.proc.pid)
                 t.state = "paused"
                 break
             self._pump(deadline - now)
-        end = time.monotonic()
+        else:
+            end = time.monotonic()
         t.progress = t.progress_cell.value
-        self._record_run(t, w, t.resumed_at, end, 0, _cpu_seconds(t.proc.pid) - cpu_before)
+        self._record_run(t, w, t.resumed_at, end, 0,
+                         max(0.0, _cpu_seconds(t.proc.pid) - cpu_before))
 
     # --- stopping tasks -----------------------------------------------------------------
     def _stop_requested(self) -> None:
