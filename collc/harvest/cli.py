@@ -4,6 +4,7 @@
     collc harvest submit --dir D collc.harvest.workloads:PageRank --memory 512M
     collc harvest status --dir D           (or --log D/harvest-log.json after shutdown)
     collc harvest stop --dir D 2
+    collc harvest evict --dir D 2          (state off the device until it next runs)
     collc harvest shutdown --dir D
     collc harvest trace D/harvest-log.json -o run.json --png run.png
     collc harvest bubbles report.json --stage 1
@@ -83,6 +84,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     _manager_call(lambda: _handle(args).stop(args.task))
+    return EXIT_OK
+
+
+def cmd_evict(args: argparse.Namespace) -> int:
+    _manager_call(lambda: _handle(args).evict(args.task))
     return EXIT_OK
 
 
@@ -230,6 +236,11 @@ def add_commands(subparsers: Any) -> None:
     stop.add_argument("--dir", required=True)
     stop.add_argument("task", type=int)
     stop.set_defaults(func=cmd_stop)
+
+    evict = sub.add_parser("evict", help="move a paused task's state off its device")
+    evict.add_argument("--dir", required=True)
+    evict.add_argument("task", type=int)
+    evict.set_defaults(func=cmd_evict)
 
     shutdown = sub.add_parser("shutdown", help="stop every task and the manager")
     shutdown.add_argument("--dir", required=True)

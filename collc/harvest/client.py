@@ -166,6 +166,11 @@ class ManagerHandle:
     def stop(self, task_id: int) -> None:
         self._request({"op": "stop", "id": task_id})
 
+    def evict(self, task_id: int) -> None:
+        """Have a paused iterative task move its state off its device (off_device());
+        it moves it back (to_device()) when it next runs."""
+        self._request({"op": "evict", "id": task_id})
+
     def wait_for(self, task_id: int, states: tuple[str, ...], timeout_s: float = 30.0
                  ) -> dict[str, Any]:
         """Poll until the task reaches one of `states` (for scripts and tests)."""

@@ -96,6 +96,8 @@ class TaskRecord:
     resumed_at: float = 0.0
     started: bool = False            # imperative: has had its first SIGCONT
     stop_requested: str | None = None
+    evict_requested: bool = False
+    evicted: bool = False            # iterative, state "created": its state is off device
     message: str = ""
 
     def summary(self, t0: float) -> dict[str, Any]:
@@ -307,6 +309,14 @@ class Manager:
                     record.stop_requested = "stopped on request"
                 self.workers[record.device].wake()
                 return {"ok": True}
+            if op == "evict":
+                with self.lock:
+                    record = self.tasks.get(int(request["id"]))
+                    if record is None or record.kind != "iterative":
+                        return {"ok": False, "error": f"no iterative task {request['id']}"}
+                    record.evict_requested = True
+                self.workers[record.device].wake()
+                return {"ok": True}
             if op == "shutdown":
                 self.shutdown_requested = True
                 self.stopping.set()
@@ -419,6 +429,8 @@ class DeviceWorker(threading.Thread):
                 t.state = "paused"
             elif kind == "ran":
                 self._record_iterative_run(t, info)
+            elif kind == "evicted":
+                t.state, t.evicted = "created", True
             elif kind == "finished":
                 t.state = "finished"
             elif kind == "failed":
@@ -448,8 +460,8 @@ class DeviceWorker(threading.Thread):
         # A task runs at most once per window: it returns when its next step no longer
         # fits, and then only a task with shorter steps can use what is left.
         ready = [t for t in self._my_tasks()
-                 if t.state == "paused" and t.stop_requested is None
-                 and t.id not in w.tried]
+                 if (t.state == "paused" or (t.state == "created" and t.evicted))
+                 and t.stop_requested is None and t.id not in w.tried]
         if not ready:
             return None
         return min(ready, key=lambda t: (not t.frozen, -t.spec.priority, t.harvested_s, t.id))
@@ -505,6 +517,7 @@ class DeviceWorker(threading.Thread):
 
     def _run_iterative(self, t: TaskRecord, w: Window) -> None:
         self._current = w
+        t.evicted = False      # a run of an evicted task starts with to_device()
         t.deadline.value = w.end - self.m.margin_s
         t.resumed_at = time.monotonic()
         t.state = "running"
@@ -579,6 +592,10 @@ class DeviceWorker(threading.Thread):
     # --- stopping tasks -----------------------------------------------------------------
     def _stop_requested(self) -> None:
         for t in self._my_tasks():
+            if (t.evict_requested and t.kind == "iterative" and t.state == "paused"
+                    and not t.frozen):
+                t.evict_requested = False
+                t.conn.send(("evict",))
             if t.stop_requested and t.state not in FINAL_STATES and t.state != "running":
                 self._stop_task(t, t.stop_requested)
 

@@ -6,6 +6,8 @@ cannot reach another task, the manager or the trainer.
 
 Messages to the manager over the task's pipe, each `(kind, dict)`:
   ("created", {kind, progress_unit}) -> ("paused", {}) after to_device()
+  ("evicted", {}) after off_device(), when the manager asked (to_device() again at
+  the next run)
   ("ran", {t_start, t_end, steps, progress, step_estimate_s, finished})   iterative
   ("finished", {progress})                                                 imperative
   ("failed", {reason: "memory" | "crash", message})
@@ -81,6 +83,7 @@ def _load_class(spec: TaskSpec) -> type:
 def _run_iterative(task: IterativeTask, conn: Connection, deadline: Any,
                    frozen: Any) -> None:
     estimator = StepEstimator(task.first_step_estimate_s)
+    on_device = True
     while True:
         command = conn.recv()
         if command[0] == "stop":
@@ -89,9 +92,13 @@ def _run_iterative(task: IterativeTask, conn: Connection, deadline: Any,
             return
         if command[0] == "evict":
             task.off_device()
+            on_device = False
             conn.send(("evicted", {}))
             continue
         # ("run",): harvest until the shared deadline (the manager may move it earlier).
+        if not on_device:
+            task.to_device()
+            on_device = True
         task.on_running()
         t_start = time.monotonic()
         cpu_start = time.process_time()

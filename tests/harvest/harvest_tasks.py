@@ -23,7 +23,11 @@ class Counter(IterativeTask):
     def to_device(self) -> None:
         self.hooks.append("to_device")
 
+    def off_device(self) -> None:
+        self.hooks.append("off_device")
+
     def on_running(self) -> None:
+        assert self.hooks[-1] in ("to_device", "paused"), self.hooks  # state is on device
         self.hooks.append("running")
 
     def on_paused(self) -> None:

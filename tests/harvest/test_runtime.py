@@ -80,6 +80,11 @@ def test_pause_and_resume_keep_progress(start_manager, trainer_core):
         train(client, steps=1, bubble_s=0.1)
         state = m.status()
         seen.append((_task(state, loop)["progress"], _task(state, loop)["pid"]))
+        if len(seen) == 1:
+            # Off the device between bubbles; back on (to_device) when it next runs.
+            assert _task(state, counter)["state"] == "paused"
+            m.evict(counter)
+            assert m.wait_for(counter, ("created",), timeout_s=10)["state"] == "created"
     # Paused between bubbles: its progress does not move while no bubble is open.
     spin(0.05)
     still = _task(m.status(), loop)["progress"]
