@@ -6,6 +6,8 @@ mode alike):
   alone       the trainer on its device, side tasks frozen (SIGSTOP)
   harvest     the trainer reports its bubbles (`HarvestClient.bubble`); the manager runs
               the side tasks inside them
+  harvest-ahead  the same, but the bubbles come from the pipeline report, placed at
+              each step's start (`HarvestClient.step_started`)
   co-located  the same side tasks as ordinary processes on the same device, no manager
 The trainer follows one stage of a pipeline timeline (a `collc pipeline --report`
 JSON): busy intervals run real compute (an MLP stage's forward and backward, NumPy or
@@ -106,18 +108,49 @@ def segments(report_path: Path, stage: int) -> tuple[list[tuple[str, float]], fl
 
 
 def run_step(compute: StageCompute, plan: list[tuple[str, int | float]],
-             client: HarvestClient | None) -> float:
+             client: HarvestClient | None, ahead: bool = False) -> float:
+    """One training step. With a client: its bubbles are reported as they happen, or
+    (ahead) only the step's start is, and the manager follows the report."""
     start = time.perf_counter()
+    if client is not None and ahead:
+        client.step_started()
     for i, (kind, amount) in enumerate(plan):
         if kind == "busy":
             for _ in range(int(amount)):
                 compute.unit()
-        elif client is not None:
+        elif client is not None and not ahead:
             with client.bubble(f"b{i}", expected_s=float(amount)):
                 time.sleep(float(amount))
         else:
             time.sleep(float(amount))
     return time.perf_counter() - start
+
+
+class Harvester:
+    """A manager with its own copies of the side tasks, and the trainer's client."""
+
+    def __init__(self, mode: str, runtime_dir: Path, device: str, report: Path | None,
+                 stage: int):
+        self.mode, self.device = mode, device
+        self.ahead = report is not None
+        self.manager = ManagerHandle.start(runtime_dir, [f"{device}=64G"], report=report,
+                                           stages=[stage] if report else None)
+        self.ids = {target.rsplit(":", 1)[1]: self.manager.submit(
+            TaskSpec(target, kwargs, memory_bytes=memory))
+            for target, kwargs, memory in SIDE_TASKS}
+        self.client = HarvestClient(runtime_dir, device)
+
+    def wait_ready(self) -> None:
+        for task_id in self.ids.values():
+            self.manager.wait_for(task_id, ("paused", "stopped"), timeout_s=300)
+
+    def progress(self) -> dict[str, float]:
+        tasks = {t["name"]: t for t in self.manager.status()["tasks"]}
+        return {n: tasks[n]["progress"] for n in self.ids}
+
+    def kill(self) -> None:
+        if self.manager.proc is not None and self.manager.proc.poll() is None:
+            self.manager.proc.kill()
 
 
 # --- co-located side tasks: ordinary processes, no manager ---------------------------------
@@ -178,17 +211,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(k == 'bubble' for k, _ in seg)} bubbles, {bubble_s:.2f} s "
           f"({100 * bubble_s / step_s:.0f}%); compute unit {unit_s * 1e3:.2f} ms")
 
-    runtime_dir = Path(tempfile.mkdtemp(prefix="collc-harvest-bench-"))
     mp = multiprocessing.get_context("spawn")
-    manager = ManagerHandle.start(runtime_dir, [f"{device}=64G"])
+    harvesters: list[Harvester] = []
     colocated: list[tuple[str, Any, Any]] = []
     try:
-        ids = {}
-        for target, kwargs, memory in SIDE_TASKS:
-            ids[target.rsplit(":", 1)[1]] = manager.submit(TaskSpec(target, kwargs,
-                                                                     memory_bytes=memory))
-        for task_id in ids.values():
-            manager.wait_for(task_id, ("paused", "stopped"), timeout_s=300)
+        harvesters.append(Harvester("harvest", Path(tempfile.mkdtemp(prefix="collc-harvest-")),
+                                    device, None, args.stage))
+        harvesters.append(Harvester("harvest-ahead",
+                                    Path(tempfile.mkdtemp(prefix="collc-harvest-")),
+                                    device, Path(args.report), args.stage))
+        for h in harvesters:
+            h.wait_ready()
         # The co-located copies start once the harvested ones are paused (they would
         # starve the idle-priority ones' set-up), run until each has done some work,
         # and are frozen until their mode's turn.
@@ -203,69 +236,71 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.1)
         for _, proc, _ in colocated:
             os.kill(proc.pid, signal.SIGSTOP)
-        client = HarvestClient(runtime_dir, device)
-        result = measure(args, compute, plan, client, manager, ids, colocated)
-        log = manager.shutdown()
+        result = measure(args, compute, plan, harvesters, colocated)
+        logs = {h.mode: h.manager.shutdown() for h in harvesters}
     finally:
         for _, proc, _ in colocated:
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGKILL)
-        if manager.proc is not None and manager.proc.poll() is None:
-            manager.proc.kill()
-    result.update(describe(args, device, step_s, bubble_s, unit_s, log))
-    write_results(result, log, Path(args.out))
+        for h in harvesters:
+            h.kill()
+    result.update(describe(args, device, step_s, bubble_s, unit_s, logs))
+    write_results(result, logs, Path(args.out))
     return 0
 
 
-def measure(args: argparse.Namespace, compute: StageCompute, plan: list, client: HarvestClient,
-            manager: ManagerHandle, ids: dict[str, int], colocated: list) -> dict[str, Any]:
-    modes = ("alone", "harvest", "co-located")
-    steps: dict[str, list[float]] = {m: [] for m in modes}
-    seconds = {m: 0.0 for m in modes}
-    work: dict[str, dict[str, float]] = {m: {n: 0.0 for n in ids} for m in modes}
+MODES = ("alone", "harvest", "harvest-ahead", "co-located")
 
-    def harvest_progress() -> dict[str, float]:
-        tasks = {t["name"]: t for t in manager.status()["tasks"]}
-        return {n: tasks[n]["progress"] for n in ids}
+
+def measure(args: argparse.Namespace, compute: StageCompute, plan: list,
+            harvesters: list[Harvester], colocated: list) -> dict[str, Any]:
+    steps: dict[str, list[float]] = {m: [] for m in MODES}
+    seconds = {m: 0.0 for m in MODES}
+    names = [n for n, _, _ in colocated]
+    work: dict[str, dict[str, float]] = {m: {n: 0.0 for n in names} for m in MODES}
+    by_mode = {h.mode: h for h in harvesters}
+
+    def colocated_progress() -> dict[str, float]:
+        return {n: cell.value for n, _, cell in colocated}
 
     run_step(compute, plan, None)   # warm-up, not counted
     for r in range(args.rounds):
-        for mode in modes:
+        for mode in MODES:
+            h = by_mode.get(mode)
             if mode == "co-located":
                 for _, proc, _ in colocated:
                     os.kill(proc.pid, signal.SIGCONT)
-            before = (harvest_progress() if mode == "harvest"
-                      else {n: cell.value for n, _, cell in colocated})
+            before = h.progress() if h else colocated_progress()
             began = time.perf_counter()
             for _ in range(args.steps_per_round):
-                steps[mode].append(run_step(compute, plan,
-                                            client if mode == "harvest" else None))
+                steps[mode].append(run_step(compute, plan, h.client if h else None,
+                                            ahead=h.ahead if h else False))
             seconds[mode] += time.perf_counter() - began
             if mode == "co-located":
                 for _, proc, _ in colocated:
                     os.kill(proc.pid, signal.SIGSTOP)
-                after = {n: cell.value for n, _, cell in colocated}
-            elif mode == "harvest":
+                after = colocated_progress()
+            elif h is not None:
                 time.sleep(0.05)    # the manager records the last bubble's runs
-                after = harvest_progress()
+                after = h.progress()
             else:
                 after = before
-            for n in ids:
+            for n in names:
                 work[mode][n] += after[n] - before[n]
         k = args.steps_per_round
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{m} {statistics.fmean(steps[m][-k:]):.3f} s" for m in modes), flush=True)
+            f"{m} {statistics.fmean(steps[m][-k:]):.3f} s" for m in MODES), flush=True)
     return {"steps": steps, "seconds": seconds, "work": work}
 
 
 def describe(args: argparse.Namespace, device: str, step_s: float, bubble_s: float,
-             unit_s: float, log: dict[str, Any]) -> dict[str, Any]:
-    dev = log["devices"][device]
+             unit_s: float, logs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"device": device, "report": os.path.relpath(args.report, ROOT.parent),
             "stage": args.stage, "timeline_step_s": step_s, "timeline_bubble_s": bubble_s,
             "compute_unit_s": unit_s, "rounds": args.rounds,
             "steps_per_round": args.steps_per_round,
-            "harvest_device": dev, "incidents": log["incidents"],
+            "harvest_device": {m: log["devices"][device] for m, log in logs.items()},
+            "incidents": {m: log["incidents"] for m, log in logs.items()},
             "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                         "python": platform.python_version(), "numpy": np.__version__}}
 
@@ -299,21 +334,23 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_results(result: dict[str, Any], log: dict[str, Any], out_dir: Path) -> None:
+def write_results(result: dict[str, Any], logs: dict[str, dict[str, Any]],
+                  out_dir: Path) -> None:
     from collc.io import atomic_write
     result["summary"] = summarize(result)
     s = result["summary"]
-    dev = result["harvest_device"]
-    units = {t["name"]: t["progress_unit"] for t in log["tasks"]}
+    devs = result["harvest_device"]
+    units = {t["name"]: t["progress_unit"] for t in logs["harvest"]["tasks"]}
     h, c = s["harvest"]["overhead_pct"], s["co-located"]["overhead_pct"]
     result["goals"] = {
         "harvest_overhead_below_2pct": h < 2.0,
         "at_least_5x_lower_than_colocation": c > 0 and (h <= 0 or c / h >= 5),
         # Time the side tasks held the device inside bubbles. On a shared CPU the CPU
         # time they got is lower (other processes outrank SCHED_IDLE): reported beside it.
-        "over_50pct_of_bubble_time_harvested": dev["harvested_share"] > 0.5,
+        "over_50pct_of_bubble_time_harvested": devs["harvest"]["harvested_share"] > 0.5,
     }
     atomic_write(out_dir / "harvest.json", json.dumps(result, indent=1))
+    load = ", ".join(f"{x:.2f}" for x in result["machine"]["load_avg"])
     lines = [
         "# Harvesting benchmark",
         "",
@@ -321,49 +358,51 @@ def write_results(result: dict[str, Any], log: dict[str, Any], out_dir: Path) ->
         f"({result['timeline_step_s']:.2f} s step, {result['timeline_bubble_s']:.2f} s of "
         f"bubbles), device `{result['device']}`; {result['rounds']} rounds x "
         f"{result['steps_per_round']} step(s) per mode, modes interleaved. "
-        f"Load average at the end: {', '.join(f'{x:.2f}' for x in result['machine']['load_avg'])} "
-        f"on {result['machine']['cpus']} CPUs (shared machine).",
+        f"Load average at the end: {load} on {result['machine']['cpus']} CPUs (shared "
+        f"machine). harvest: bubbles reported by the trainer as they happen; harvest-ahead: "
+        f"bubbles from the report, placed at each step's start.",
         "",
-        "| mode | median step (s) | min-max (s) | overhead vs alone (median; range over rounds) | "
+        "| mode | median step (s) | overhead vs alone (median; range over rounds) | "
         + " | ".join(f"{n} ({units[n]}/h)" for n in units) + " |",
-        "|---|---|---|---|" + "---|" * len(units),
+        "|---|---|---|" + "---|" * len(units),
     ]
-    for mode in ("alone", "harvest", "co-located"):
+    for mode in MODES:
         m = s[mode]
-        lines.append(f"| {mode} | {m['median_step_s']:.3f} | {m['min_step_s']:.3f}-"
-                     f"{m['max_step_s']:.3f} | {m['overhead_pct']:+.2f}% "
+        lines.append(f"| {mode} | {m['median_step_s']:.3f} | {m['overhead_pct']:+.2f}% "
                      f"({m['overhead_pct_min']:+.1f}..{m['overhead_pct_max']:+.1f}) | "
                      + " | ".join(f"{m['work_per_hour'][n]:.3g}" for n in units) + " |")
+    lines += ["", "| harvesting | bubble time harvested | CPU time the tasks got | task runs "
+              "| max overrun (ms) | p99 overrun (ms) |", "|---|---|---|---|---|---|"]
+    for mode, dev in devs.items():
+        lines.append(f"| {mode} | {100 * dev['harvested_share']:.1f}% | "
+                     f"{100 * dev['cpu_share']:.1f}% | {dev['runs']} | "
+                     f"{dev['max_overrun_s'] * 1e3:.2f} | {dev['p99_overrun_s'] * 1e3:.2f} |")
     lines += [
         "",
-        f"Bubble time harvested: {100 * dev['harvested_share']:.1f}% (time side tasks held "
-        f"the device inside bubbles); CPU time they got: {100 * dev['cpu_share']:.1f}% of the "
-        f"bubble time (the rest went to other processes on the shared core, which outrank "
-        f"the side tasks' SCHED_IDLE). Overrun past a bubble's end: max {dev['max_overrun_s'] * 1e3:.2f} ms, "
-        f"p99 {dev['p99_overrun_s'] * 1e3:.2f} ms over {dev['runs']} task runs. "
-        f"Co-location overhead / harvesting overhead: "
-        + (f"{c / h:.1f}x." if h > 0 else "harvesting overhead not above zero."),
+        "Bubble time harvested: time the side tasks held the device inside bubbles. CPU "
+        "time: what they got of it; on this shared core other processes outrank their "
+        "SCHED_IDLE. Co-location overhead / harvesting overhead: "
+        + (f"{c / h:.0f}x." if h > 0 else "harvesting overhead not above zero."),
         "",
         "Goals: " + ", ".join(f"{k.replace('_', ' ')}: {'yes' if v else 'NO'}"
                               for k, v in result["goals"].items()) + ".",
     ]
-    if result["incidents"]:
-        lines += ["", "Incidents:"] + [f"- {i['what']}: {i['message']}"
-                                       for i in result["incidents"]]
+    incidents = [(m, i) for m, incs in result["incidents"].items() for i in incs]
+    if incidents:
+        lines += ["", "Incidents:"] + [f"- {m}: {i['what']}: {i['message']}"
+                                       for m, i in incidents]
     atomic_write(out_dir / "harvest.md", "\n".join(lines) + "\n")
-    try:
-        from collc.harvest.trace import chrome_trace, timeline_figure
-        atomic_write(out_dir / "harvest_trace.json", json.dumps(chrome_trace(log)))
-        per_step = sum(1 for k, _ in segments(ROOT.parent / result["report"],
-                                              result["stage"])[0] if k == "bubble")
-        last = log["bubbles"][-per_step:]
-        if last:
-            window = (last[0]["start"] - 0.3, last[-1]["end"] + 0.3)
-            fig = timeline_figure(log, "harvest mode: side tasks in the bubbles of the "
-                                  "last harvested step", window)
-            fig.savefig(out_dir / "harvest_timeline.png", dpi=110)
-    except ImportError:
-        pass
+    from collc.harvest.trace import chrome_trace, timeline_figure
+    log = logs["harvest"]
+    atomic_write(out_dir / "harvest_trace.json", json.dumps(chrome_trace(log)))
+    per_step = sum(1 for k, _ in segments(ROOT.parent / result["report"],
+                                          result["stage"])[0] if k == "bubble")
+    last = log["bubbles"][-per_step:]
+    if last:
+        window = (last[0]["start"] - 0.3, last[-1]["end"] + 0.3)
+        fig = timeline_figure(log, "harvest mode: side tasks in the bubbles of the "
+                              "last harvested step", window)
+        fig.savefig(out_dir / "harvest_timeline.png", dpi=110)
     print("\n".join(lines))
 
 
