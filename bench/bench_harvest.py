@@ -349,7 +349,6 @@ def write_results(result: dict[str, Any], logs: dict[str, dict[str, Any]],
         # time they got is lower (other processes outrank SCHED_IDLE): reported beside it.
         "over_50pct_of_bubble_time_harvested": devs["harvest"]["harvested_share"] > 0.5,
     }
-    atomic_write(out_dir / "harvest.json", json.dumps(result, indent=1))
     load = ", ".join(f"{x:.2f}" for x in result["machine"]["load_avg"])
     lines = [
         "# Harvesting benchmark",
@@ -371,6 +370,12 @@ def write_results(result: dict[str, Any], logs: dict[str, dict[str, Any]],
         lines.append(f"| {mode} | {m['median_step_s']:.3f} | {m['overhead_pct']:+.2f}% "
                      f"({m['overhead_pct_min']:+.1f}..{m['overhead_pct_max']:+.1f}) | "
                      + " | ".join(f"{m['work_per_hour'][n]:.3g}" for n in units) + " |")
+    alone = s["alone"]
+    spread = 100 * statistics.pstdev(result["steps"]["alone"]) / alone["mean_step_s"]
+    lines += ["", f"Noise: the trainer alone varied by {spread:.1f}% (standard deviation of "
+              f"its step times, {alone['min_step_s']:.2f}-{alone['max_step_s']:.2f} s) "
+              "between rounds; overheads smaller than that are not resolved by this run."]
+    result["alone_step_spread_pct"] = spread
     lines += ["", "| harvesting | bubble time harvested | CPU time the tasks got | task runs "
               "| max overrun (ms) | p99 overrun (ms) |", "|---|---|---|---|---|---|"]
     for mode, dev in devs.items():
@@ -391,6 +396,7 @@ def write_results(result: dict[str, Any], logs: dict[str, dict[str, Any]],
     if incidents:
         lines += ["", "Incidents:"] + [f"- {m}: {i['what']}: {i['message']}"
                                        for m, i in incidents]
+    atomic_write(out_dir / "harvest.json", json.dumps(result, indent=1))
     atomic_write(out_dir / "harvest.md", "\n".join(lines) + "\n")
     from collc.harvest.trace import chrome_trace, timeline_figure
     log = logs["harvest"]

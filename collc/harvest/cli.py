@@ -117,12 +117,12 @@ def _print_state(state: dict[str, Any], title: str) -> None:
     console = _console()
     devices = Table(title=f"Devices: {title}", title_justify="left")
     for col in ("device", "bubbles", "bubble time s", "harvested s", "harvested %",
-                "runs", "max overrun ms", "p99 overrun ms"):
+                "task CPU %", "runs", "max overrun ms", "p99 overrun ms"):
         devices.add_column(col, justify="left" if col == "device" else "right")
     for name, d in state["devices"].items():
         devices.add_row(name, str(d["bubbles"]), f"{d['bubble_s']:.2f}",
                         f"{d['harvested_s']:.2f}", f"{100 * d['harvested_share']:.1f}",
-                        str(d["runs"]), _ms(d["max_overrun_s"]), _ms(d["p99_overrun_s"]))
+                        f"{100 * d.get('cpu_share', 0.0):.1f}", str(d["runs"]), _ms(d["max_overrun_s"]), _ms(d["p99_overrun_s"]))
     console.print(devices)
     tasks = Table(title="Tasks", title_justify="left")
     for col in ("id", "name", "kind", "device", "state", "prio", "mem MiB", "harvested s",
