@@ -115,6 +115,12 @@ class ManagerHandle:
               report: str | Path | None = None, stages: list[int] | None = None,
               margin_ms: float = 2.0, overrun_limit_ms: float = 5.0,
               hang_timeout_s: float = 2.0, timeout_s: float = 20.0) -> "ManagerHandle":
+        """Start a manager process and wait until it accepts requests.
+
+        The manager exits (stopping its tasks) when the thread that started it exits:
+        start it from the main thread of a long-lived process, or run
+        `collc harvest serve` on its own.
+        """
         runtime_dir = Path(runtime_dir)
         runtime_dir.mkdir(parents=True, exist_ok=True)
         for stale in (protocol.control_socket(runtime_dir), runtime_dir / protocol.LOG,

@@ -4,6 +4,7 @@ stand-in for CuPy (they have NOT been run on a GPU)."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import resource
 from types import SimpleNamespace
 
@@ -74,3 +75,23 @@ def test_device_and_size_arguments():
         parse_device_arg("tpu:0")
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+def test_task_process_gpu_setup_against_a_stand_in_not_a_gpu(monkeypatch):
+    """What a task process on "cuda:2" does before its task exists: the MPS limit in the
+    environment (read when the CUDA context is created), then the pool cap."""
+    import sys
+
+    from collc.harvest.taskproc import _array_module
+    seen_env, used, pool = [], [], FakePool()
+
+    def use(i: int):
+        seen_env.append(os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"))
+        return SimpleNamespace(use=lambda: used.append(i))
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(Device=use),
+                           get_default_memory_pool=lambda: pool)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "unset")
+    assert _array_module("cuda:2", 3 << 30) is fake
+    assert seen_env == ["2=3072M"] and used == [2] and pool.limit == 3 << 30
