@@ -62,7 +62,10 @@ def test_tasks_run_only_inside_bubbles(start_manager, trainer_core, tmp_path):
     # The command's picture of the same run.
     (tmp_path / "log.json").write_text(json.dumps(log))
     out = tmp_path / "trace.json"
-    assert collc_main(["harvest", "trace", str(tmp_path / "log.json"), "-o", str(out)]) == 0
+    png = tmp_path / "timeline.png"
+    assert collc_main(["harvest", "trace", str(tmp_path / "log.json"), "-o", str(out),
+                       "--png", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     events = json.loads(out.read_text())["traceEvents"]
     assert sum(e["name"] == "bubble" for e in events) == 6
     assert sum(e.get("cat") == "side task" for e in events) == len(log["runs"])
