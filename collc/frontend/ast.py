@@ -345,7 +345,34 @@ class Compile(Syntax):
     using: CallSpec | None = None
 
 
-Item = Import | TopologyDef | CollectiveDef | AlgorithmDef | Compile | Let
+@dataclass(frozen=True)
+class PipelineSetting(Syntax):
+    """`microbatches = 8;` in a pipeline declaration."""
+
+    name: str
+    value: Expr
+    name_span: Span = field(default=NO_SPAN, compare=False, repr=False, kw_only=True)
+
+
+@dataclass(frozen=True)
+class PipelineDef(Syntax):
+    """`pipeline NAME(params) on TOPOLOGY { setting = value; ... }`: one pipeline-parallel
+    training step. Not a `Definition` (it has settings, not statements)."""
+
+    name: str
+    params: tuple[Param, ...]
+    topology: CallSpec
+    settings: tuple[PipelineSetting, ...] = ()
+    doc: str = ""
+    name_span: Span = field(default=NO_SPAN, compare=False, repr=False, kw_only=True)
+    has_param_list: bool = field(default=False, compare=False, kw_only=True)
+
+    @property
+    def kind_word(self) -> str:
+        return "pipeline"
+
+
+Item = Import | TopologyDef | CollectiveDef | AlgorithmDef | Compile | Let | PipelineDef
 
 
 @dataclass(frozen=True)
@@ -368,3 +395,7 @@ class Module(Syntax):
     @property
     def constants(self) -> list[Let]:
         return [i for i in self.items if isinstance(i, Let)]
+
+    @property
+    def pipelines(self) -> list[PipelineDef]:
+        return [i for i in self.items if isinstance(i, PipelineDef)]

@@ -269,6 +269,9 @@ def _build(path: Path, text: str, shown_as: str) -> Module:
     from collc.frontend.check import check_module
 
     check_module(module)
+    from collc.frontend.pipeline import check_pipelines
+
+    check_pipelines(module)
     return module
 
 

@@ -153,6 +153,16 @@ class _ToAst(Transformer):
         coll, topo, size, using = children
         return ast.Compile(coll, topo, size, using, span=self._span(meta))
 
+    def pipeline_def(self, meta, children):
+        name, params, topology, *settings = children
+        return ast.PipelineDef(str(name), tuple(params or ()), topology, tuple(settings),
+                               doc=_doc_comment(self.lines, meta.line), span=self._span(meta),
+                               name_span=self._tok_span(name), has_param_list=params is not None)
+
+    def pipeline_setting(self, meta, children):
+        name, value = children
+        return ast.PipelineSetting(str(name), value, span=self._span(meta), name_span=self._tok_span(name))
+
     def size_clause(self, meta, children):
         return children[0]
 

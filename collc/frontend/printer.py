@@ -176,7 +176,7 @@ def _doc_lines(doc: str) -> list[str]:
     return [("// " + line).rstrip() for line in doc.split("\n")]
 
 
-def _format_params(d: ast.Definition) -> str:
+def _format_params(d: ast.Definition | ast.PipelineDef) -> str:
     if not d.params and not d.has_param_list:
         return ""
     parts = [p.name if p.default is None else f"{p.name} = {format_expr(p.default)}" for p in d.params]
@@ -196,6 +196,11 @@ def format_item(item: ast.Item) -> list[str]:
         if item.using is not None:
             text += f" using {format_callspec(item.using)}"
         return [text + ";"]
+    if isinstance(item, ast.PipelineDef):
+        header = f"pipeline {item.name}{_format_params(item)} on {format_callspec(item.topology)}"
+        settings = [f"{INDENT}{st.name} = {format_expr(st.value)};" for st in item.settings]
+        body = [header + " {", *settings, "}"] if settings else [header + " { }"]
+        return _doc_lines(item.doc) + body
     if isinstance(item, ast.Definition):
         header = f"{item.kind_word} {item.name}{_format_params(item)}"
         if isinstance(item, ast.AlgorithmDef):
@@ -204,13 +209,17 @@ def format_item(item: ast.Item) -> list[str]:
     raise TypeError(f"cannot print {type(item).__name__}")
 
 
+# Items printed as blocks, with a blank line around them.
+_BLOCKS = (ast.Definition, ast.PipelineDef)
+
+
 def format_module(module: ast.Module) -> str:
     chunks: list[str] = []
     prev: ast.Item | None = None
     for item in module.items:
         lines = format_item(item)
         # Imports, constants and requests sit together; definitions get a blank line.
-        if prev is not None and (isinstance(item, ast.Definition) or isinstance(prev, ast.Definition)
+        if prev is not None and (isinstance(item, _BLOCKS) or isinstance(prev, _BLOCKS)
                                  or type(item) is not type(prev)):
             chunks.append("")
         chunks.extend(lines)

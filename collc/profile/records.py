@@ -14,7 +14,9 @@ COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast
                "gather", "scatter", "send", "recv")
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: readers create millions of these, and a frozen dataclass's __init__ costs
+# three times as much. Treat records as immutable all the same (they are hashable).
+@dataclass(slots=True, unsafe_hash=True)
 class CollectiveCall:
     """One rank's record of one collective (or point-to-point) call.
 
@@ -39,7 +41,12 @@ class CollectiveCall:
     algorithm: str | None = None     # NCCL's choice where logged (Ring, Tree, ...)
     protocol: str | None = None      # LL, LL128, Simple
     group_ranks: tuple[int, ...] | None = None  # member global ranks, where known
-    named_by: str = "metadata"       # "metadata", "log", or "launch-op" (named by the nccl:* op)
+    named_by: str = "metadata"       # "metadata", "log", "launch-op" (named by the nccl:* op)
+    #                                  or "kernel-name" (an NCCL kernel with nothing else)
+    in_bytes: int | None = None      # this rank's send buffer, as recorded
+    out_bytes: int | None = None     # this rank's receive buffer, as recorded
+    # `bytes` stays None where it needs the communicator size and that is unknown (an
+    # AllGather named by its launching op: in_bytes x nranks); in/out_bytes then say what is known.
 
 
 @dataclass
@@ -57,3 +64,50 @@ class SourceSummary:
     def to_json(self) -> dict:
         return {"path": self.path, "format": self.format, "records": self.records,
                 "skipped": dict(sorted(self.skipped.items()))}
+
+
+@dataclass
+class CommunicatorInfo:
+    """A communicator (NCCL comm or PyTorch process group) as the traces describe it."""
+
+    id: str
+    nranks: int | None = None
+    ranks: tuple[int, ...] | None = None   # member global ranks, where known
+    name: str | None = None                # process-group name / description
+
+    def merge(self, nranks: int | None = None, ranks: tuple[int, ...] | None = None,
+              name: str | None = None) -> None:
+        """Fill what this record does not know yet from another file's view of it."""
+        if self.nranks is None and nranks is not None:
+            self.nranks = nranks
+        if self.ranks is None and ranks is not None:
+            self.ranks = tuple(ranks)
+            if self.nranks is None:
+                self.nranks = len(self.ranks)
+        if self.name is None and name is not None:
+            self.name = name
+
+
+@dataclass
+class TraceContext:
+    """What readers learn besides calls: world size, communicators and notes for the user.
+
+    One context is shared by every file of a `read_traces` call, so that what one rank's
+    file says about a communicator completes what another's said.
+    """
+
+    world_size: int | None = None
+    communicators: dict[str, CommunicatorInfo] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def communicator(self, comm_id: str, nranks: int | None = None,
+                     ranks: tuple[int, ...] | None = None, name: str | None = None) -> CommunicatorInfo:
+        info = self.communicators.get(comm_id)
+        if info is None:
+            info = self.communicators[comm_id] = CommunicatorInfo(comm_id)
+        info.merge(nranks, ranks, name)
+        return info
+
+    def saw_world_size(self, n: int | None) -> None:
+        if n is not None and (self.world_size is None or n > self.world_size):
+            self.world_size = n

@@ -1,0 +1,348 @@
+"""`pipeline` declarations: static checks and evaluation into a `PipelineJob`.
+
+    pipeline gpt(microbatches = 8) on dgx1 {
+        stages = 4;
+        data_parallel = 2;              // or gpus = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+        microbatches = microbatches;
+        schedule = "1f1b";              // "gpipe", "1f1b", "interleaved", "zb-h1", or "file.csv"
+        forward = 1.2 ms;               // one value, or a set literal with one per stage
+        backward = 2.4 ms;
+        activations = 16 MiB;
+        gradients = 1 GiB;
+        device_memory = 32 GiB;
+    }
+
+Every setting's value is an expression over the declaration's parameters and the
+module's constants. Errors are located at the setting (or the element of a set literal)
+that is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from collc.diagnostics import CollcError, Span
+from collc.frontend import ast
+from collc.frontend.evaluate import Evaluator, Scope, as_int, suggest
+from collc.frontend.runner import bind_args, called_from, evaluate_args, instance_name
+from collc.frontend.values import NUMBER, SIZE, TIME, Quantity, dim_of, format_value, type_word
+from collc.ir.pipeline import GradientCollective, MemoryModel, PipelineJob, ScheduleKind
+from collc.ir.topology import NodeKind, Topology
+
+if TYPE_CHECKING:
+    from collc.frontend.modules import Module
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    what: str  # for messages and docs
+    required: bool = False
+
+
+SETTINGS: dict[str, SettingInfo] = {
+    "stages": SettingInfo("the number of pipeline stages"),
+    "gpus": SettingInfo("the GPUs of each stage: a set per stage, one GPU per data-parallel replica"),
+    "data_parallel": SettingInfo("data-parallel replicas of the whole pipeline"),
+    "microbatches": SettingInfo("micro-batches per step", required=True),
+    "schedule": SettingInfo('"gpipe", "1f1b", "interleaved", "zb-h1", or a schedule .csv file', required=True),
+    "chunks": SettingInfo("model chunks per stage (interleaved 1F1B)"),
+    "forward": SettingInfo("forward time of one micro-batch, per stage", required=True),
+    "backward": SettingInfo("full backward time of one micro-batch, per stage", required=True),
+    "backward_weight": SettingInfo("the weight-gradient part of the backward, per stage"),
+    "activations": SettingInfo("bytes sent from one stage to the next per micro-batch"),
+    "gradients": SettingInfo("gradient bytes of each stage (held, and combined across replicas)"),
+    "gradient_collective": SettingInfo('"allreduce" or "reducescatter+allgather"'),
+    "device_memory": SettingInfo("memory of one GPU"),
+    "weights": SettingInfo("weight bytes per stage"),
+    "optimizer": SettingInfo("optimizer-state bytes per stage"),
+    "activation_memory": SettingInfo("activation bytes a stage keeps per in-flight micro-batch"),
+}
+
+
+# --- static checks -----------------------------------------------------------------------
+
+def check_pipelines(module: "Module") -> None:
+    """Names, duplicates and required settings of every pipeline in a module."""
+    from collc.frontend.check import TOPOLOGY, _BodyChecker, _constants_scope
+
+    seen: dict[str, Span] = {}
+    for p in module.syntax.pipelines:
+        if p.name in seen:
+            raise CollcError(f"pipeline '{p.name}' is defined twice (first at {seen[p.name]})", p.name_span)
+        seen[p.name] = p.span
+        module.lookup_topology(p.topology.name, p.topology.name_span)
+        checker = _BodyChecker(module, TOPOLOGY, {}, None)
+        scope = _constants_scope(module).child()
+        for param in p.params:
+            if param.default is not None:
+                checker.expr(param.default, scope)
+            scope.define(param.name, param.span, {})
+        for a in p.topology.args:
+            checker.expr(a.value, scope)
+        given: dict[str, Span] = {}
+        for s in p.settings:
+            if s.name not in SETTINGS:
+                hint = suggest(s.name, list(SETTINGS))
+                raise CollcError(f"unknown pipeline setting '{s.name}'" + (f"; did you mean '{hint}'?" if hint else
+                                 f" (known: {', '.join(SETTINGS)})"), s.name_span)
+            if s.name in given:
+                raise CollcError(f"setting '{s.name}' is given twice (first at {given[s.name]})", s.name_span)
+            given[s.name] = s.span
+            checker.expr(s.value, scope)
+        missing = [n for n, info in SETTINGS.items() if info.required and n not in given]
+        if "stages" not in given and "gpus" not in given:
+            missing.insert(0, "stages")
+        if missing:
+            raise CollcError(f"pipeline '{p.name}' needs {', '.join(f'`{n} = ...;`' for n in missing)} "
+                             f"({'; '.join(SETTINGS[n].what for n in missing)})", p.name_span)
+
+
+# --- evaluation ------------------------------------------------------------------------
+
+@dataclass
+class _Values:
+    values: dict[str, Any]
+    settings: dict[str, ast.PipelineSetting]
+
+    def has(self, name: str) -> bool:
+        return name in self.values
+
+    def span(self, name: str) -> Span:
+        return self.settings[name].value.span
+
+    def item_span(self, name: str, index: int) -> Span:
+        """The span of element `index` of a set-literal setting, else the whole value."""
+        expr = self.settings[name].value
+        if isinstance(expr, ast.SetLiteral) and index < len(expr.items):
+            return expr.items[index].span
+        return expr.span
+
+
+def _count(v: _Values, name: str, default: int | None, minimum: int) -> int:
+    if not v.has(name):
+        assert default is not None
+        return default
+    n = as_int(v.values[name], v.span(name), f"`{name}`")
+    if n < minimum:
+        raise CollcError(f"`{name}` must be at least {minimum}, got {n}", v.span(name))
+    return n
+
+
+def _magnitude(value: Any, dim: tuple[int, int], span: Span, name: str) -> float:
+    got = dim_of(value)
+    if got != dim and not (dim == SIZE and got == NUMBER):
+        example = "1.5 ms" if dim == TIME else "64 MiB"
+        shown = type_word(value) if got is None else f"{type_word(value)} ({format_value(value)})"
+        raise CollcError(f"`{name}` must be {'a time' if dim == TIME else 'a size'} such as `{example}`, got {shown}",
+                         span)
+    x = float(value.value if isinstance(value, Quantity) else value)
+    if x < 0:
+        raise CollcError(f"`{name}` must not be negative, got {format_value(value)}", span)
+    return x
+
+
+def _per_stage(v: _Values, name: str, dim: tuple[int, int], stages: int,
+               default: Callable[[int], float] | None = None) -> tuple[float, ...]:
+    """One value for every stage, or a set literal with one per stage."""
+    if not v.has(name):
+        assert default is not None
+        return tuple(default(r) for r in range(stages))
+    value = v.values[name]
+    if isinstance(value, tuple):
+        if len(value) != stages:
+            raise CollcError(f"`{name}` lists {len(value)} values but the pipeline has {stages} stages", v.span(name))
+        return tuple(_magnitude(x, dim, v.item_span(name, i), name) for i, x in enumerate(value))
+    return (_magnitude(value, dim, v.span(name), name),) * stages
+
+
+def _bytes(values: tuple[float, ...], v: _Values, name: str) -> tuple[int, ...]:
+    for i, x in enumerate(values):
+        if not float(x).is_integer():
+            raise CollcError(f"`{name}` must be a whole number of bytes, got {x:g}", v.item_span(name, i))
+    return tuple(int(x) for x in values)
+
+
+def _gpu_rank(topology: Topology, value: Any, span: Span) -> int:
+    if isinstance(value, str):
+        if not topology.has_node(value) or topology.node(value).kind is not NodeKind.GPU:
+            gpus = [n.name for n in topology.gpus]
+            hint = suggest(value, gpus)
+            raise CollcError(f"topology {topology.name} has no GPU named '{value}'"
+                             + (f"; did you mean '{hint}'?" if hint else ""), span)
+        return topology.node(value).rank  # type: ignore[return-value]
+    rank = as_int(value, span, "a GPU")
+    if not 0 <= rank < topology.num_ranks:
+        raise CollcError(f"topology {topology.name} has no GPU {rank} (it has GPUs 0..{topology.num_ranks - 1})",
+                         span)
+    return rank
+
+
+def _placement(v: _Values, topology: Topology) -> tuple[tuple[int, ...], ...]:
+    if v.has("gpus"):
+        raw = v.values["gpus"]
+        if not isinstance(raw, tuple) or not raw:
+            raise CollcError("`gpus` is a set with one entry per stage: `{{0, 4}, {1, 5}}` (or `{0, 1}` without "
+                             "data parallelism)", v.span("gpus"))
+        expr = v.settings["gpus"].value
+        out = []
+        for r, entry in enumerate(raw):
+            entry_expr = expr.items[r] if isinstance(expr, ast.SetLiteral) else expr
+            items = entry if isinstance(entry, tuple) else (entry,)
+            spans = [entry_expr.items[j].span if isinstance(entry_expr, ast.SetLiteral) and j < len(entry_expr.items)
+                     else entry_expr.span for j in range(len(items))]
+            out.append(tuple(_gpu_rank(topology, g, s) for g, s in zip(items, spans)))
+        widths = {len(g) for g in out}
+        if len(widths) != 1 or 0 in widths:
+            raise CollcError("every stage needs the same number of GPUs (one per data-parallel replica); got "
+                             + ", ".join(str(len(g)) for g in out), v.span("gpus"))
+        used: dict[int, int] = {}
+        for r, gs in enumerate(out):
+            for j, g in enumerate(gs):
+                if g in used:
+                    raise CollcError(f"GPU {g} ({topology.gpu(g).name}) holds both stage {used[g]} and stage {r}",
+                                     v.span("gpus"))
+                used[g] = r
+        if v.has("stages") and _count(v, "stages", None, 1) != len(out):
+            raise CollcError(f"`stages` is {v.values['stages']} but `gpus` places {len(out)} stages", v.span("stages"))
+        if v.has("data_parallel") and _count(v, "data_parallel", None, 1) != len(out[0]):
+            raise CollcError(f"`data_parallel` is {v.values['data_parallel']} but `gpus` gives each stage "
+                             f"{len(out[0])} GPUs", v.span("data_parallel"))
+        return tuple(out)
+    stages = _count(v, "stages", None, 1)
+    dp = _count(v, "data_parallel", 1, 1)
+    if stages * dp > topology.num_ranks:
+        where = "stages" if dp == 1 else "data_parallel"
+        raise CollcError(f"{stages} stages x {dp} data-parallel replicas need {stages * dp} GPUs but topology "
+                         f"{topology.name} has {topology.num_ranks}", v.span(where))
+    # Replica j holds stages on GPUs j*stages .. (j+1)*stages-1: neighbouring stages on neighbouring GPUs.
+    return tuple(tuple(j * stages + r for j in range(dp)) for r in range(stages))
+
+
+def _choice(v: _Values, name: str, options: list[str], default: str) -> str:
+    if not v.has(name):
+        return default
+    value = v.values[name]
+    if not isinstance(value, str):
+        raise CollcError(f"`{name}` must be a string, one of {', '.join(map(repr, options))}", v.span(name))
+    return value
+
+
+def evaluate_pipeline(module: "Module", defn: ast.PipelineDef, args: list[tuple[str | None, Any, Span]],
+                      call_span: Span | None) -> PipelineJob:
+    from collc.frontend import topology as topology_mod
+
+    ev = Evaluator()
+    bound = bind_args(defn, args, call_span, module.constants, ev)  # type: ignore[arg-type]
+    scope = module.constants.child()
+    for p in defn.params:
+        scope.define(p.name, bound.values[p.name], p.span)
+    with called_from(f"pipeline {defn.name}", call_span):
+        entry = module.lookup_topology(defn.topology.name, defn.topology.name_span)
+        topology = topology_mod.instantiate(entry, evaluate_args(defn.topology.args, scope, ev), defn.topology.span)
+        settings = {s.name: s for s in defn.settings}
+        v = _Values({n: ev.eval(s.value, scope) for n, s in settings.items()}, settings)
+        return _build_job(module, defn, bound, topology, v)
+
+
+def _build_job(module: "Module", defn: ast.PipelineDef, bound, topology: Topology, v: _Values) -> PipelineJob:
+    gpus = _placement(v, topology)
+    p = len(gpus)
+    microbatches = _count(v, "microbatches", None, 1)
+    sched_text = _choice(v, "schedule", [k.value for k in ScheduleKind if k is not ScheduleKind.CSV], "")
+    csv_path = None
+    if sched_text.endswith(".csv"):
+        kind = ScheduleKind.CSV
+        csv_path = Path(sched_text)
+        if not csv_path.is_absolute():
+            csv_path = module.path.parent / csv_path
+        if not csv_path.is_file():
+            raise CollcError(f"cannot find schedule file '{sched_text}' (looked for {csv_path})", v.span("schedule"))
+    else:
+        names = [k.value for k in ScheduleKind if k is not ScheduleKind.CSV]
+        if sched_text not in names:
+            hint = suggest(sched_text, names)
+            raise CollcError(f"unknown schedule '{sched_text}' (expected {', '.join(names)}, or a .csv file)"
+                             + (f"; did you mean '{hint}'?" if hint else ""), v.span("schedule"))
+        kind = ScheduleKind(sched_text)
+    chunks = _count(v, "chunks", 1, 1)
+    if chunks > 1 and kind is not ScheduleKind.INTERLEAVED:
+        raise CollcError(f"`chunks` applies to the interleaved schedule, not to {sched_text}", v.span("chunks"))
+    forward = _per_stage(v, "forward", TIME, p)
+    backward = _per_stage(v, "backward", TIME, p)
+    weight = _per_stage(v, "backward_weight", TIME, p, lambda r: backward[r] / 2)
+    for r in range(p):
+        if weight[r] > backward[r]:
+            raise CollcError(f"the weight-gradient part of stage {r}'s backward ({weight[r] * 1e3:g} ms) is longer "
+                             f"than the backward ({backward[r] * 1e3:g} ms)", v.item_span("backward_weight", r))
+    activations = _bytes(_per_stage(v, "activations", SIZE, 1, lambda r: 0), v, "activations")[0]
+    gradients = _bytes(_per_stage(v, "gradients", SIZE, p, lambda r: 0), v, "gradients")
+    coll_text = _choice(v, "gradient_collective", [g.value for g in GradientCollective], "allreduce")
+    try:
+        gcoll = GradientCollective(coll_text)
+    except ValueError:
+        raise CollcError(f"unknown gradient collective '{coll_text}' (expected "
+                         f"{', '.join(g.value for g in GradientCollective)})", v.span("gradient_collective")) from None
+    memory = _memory(v, p, gradients)
+    spans = {n: s.value.span for n, s in v.settings.items()}
+    name = instance_name(defn, bound)  # type: ignore[arg-type]
+    return PipelineJob(name, topology, gpus, microbatches, kind, chunks, forward, backward, weight, activations,
+                       gradients, gcoll, memory, csv_path, defn.span, spans)
+
+
+def _memory(v: _Values, p: int, gradients: tuple[int, ...]) -> MemoryModel | None:
+    memory_settings = ("weights", "optimizer", "activation_memory")
+    if not v.has("device_memory"):
+        for n in memory_settings:
+            if v.has(n):
+                raise CollcError(f"`{n}` is part of the memory model, which needs `device_memory = ...;`", v.span(n))
+        return None
+    device = _bytes(_per_stage(v, "device_memory", SIZE, 1), v, "device_memory")[0]
+    weights = _bytes(_per_stage(v, "weights", SIZE, p, lambda r: 0), v, "weights")
+    optimizer = _bytes(_per_stage(v, "optimizer", SIZE, p, lambda r: 0), v, "optimizer")
+    acts = _bytes(_per_stage(v, "activation_memory", SIZE, p, lambda r: 0), v, "activation_memory")
+    mem = MemoryModel(device, weights, gradients, optimizer, acts)
+    for r in range(p):
+        static = mem.static_bytes(r)
+        if static + acts[r] > device:
+            raise CollcError(f"stage {r} needs {static / 2**30:.2f} GiB for weights, gradients and optimizer state and "
+                             f"{acts[r] / 2**30:.2f} GiB per micro-batch in flight, more than the device's "
+                             f"{device / 2**30:.2f} GiB", v.span("device_memory"))
+    return mem
+
+
+# --- entry points ---------------------------------------------------------------------
+
+def resolve_pipeline(spec: str | os.PathLike, base_dir: Path | None = None) -> PipelineJob:
+    """`"file.coll"` (its only pipeline) or `"file.coll:name(args)"`."""
+    from collc.frontend import _parse_spec
+    from collc.frontend.modules import load_module
+
+    parsed = _parse_spec(os.fspath(spec), "pipeline", base_dir)
+    if parsed.path is None:
+        raise CollcError("name a .coll file that declares a pipeline: FILE.coll or FILE.coll:NAME(ARGS)",
+                         Span(parsed.filename, 1, 1))
+    module = load_module(parsed.path)
+    found = {p.name: p for p in module.syntax.pipelines}
+    if parsed.call is None:
+        if len(found) != 1:
+            listing = ", ".join(sorted(found)) or "none"
+            raise CollcError(f"{parsed.path} declares {len(found)} pipelines ({listing}); name one with "
+                             f"{parsed.path.name}:NAME", Span(parsed.filename, 1, 1))
+        defn = next(iter(found.values()))
+        return evaluate_pipeline(module, defn, [], None)
+    if parsed.call.name not in found:
+        hint = suggest(parsed.call.name, list(found))
+        raise CollcError(f"{parsed.path} declares no pipeline '{parsed.call.name}'"
+                         + (f"; did you mean '{hint}'?" if hint else f" (it declares: {', '.join(found) or 'none'})"),
+                         parsed.call.name_span)
+    args = evaluate_args(parsed.call.args, module.constants, Evaluator())
+    return evaluate_pipeline(module, found[parsed.call.name], args, parsed.call.span)
+
+
+def pipeline_names(path: str | os.PathLike) -> list[str]:
+    from collc.frontend.modules import load_module
+
+    return [p.name for p in load_module(path).syntax.pipelines]

@@ -1,0 +1,158 @@
+"""Pictures of a step: a Chrome trace (Perfetto, chrome://tracing) and the classic
+pipeline diagram (matplotlib, PNG or SVG), bubbles shaded.
+
+Both draw `Lanes`: one lane per stage (or per traced rank), each with its compute
+intervals, its transfers, its gradient collective and its bubbles, so a predicted and
+a measured step look alike.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collc.diagnostics import CollcError
+from collc.io import atomic_write
+from collc.pipeline.timeline import Timeline
+
+# Categories and their colours in the diagram.
+COLOURS = {
+    "F": "#4C72B0", "B": "#55A868", "I": "#8FBC8F", "W": "#C9B458", "compute": "#4C72B0",
+    "gradient": "#DD8452", "bubble": "#D62728",
+}
+
+
+@dataclass(frozen=True)
+class Interval:
+    start_us: float
+    dur_us: float
+    category: str  # F, B, I, W, compute, gradient, transfer
+    label: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Lane:
+    title: str
+    compute: list[Interval] = field(default_factory=list)
+    transfers: list[Interval] = field(default_factory=list)
+    collectives: list[Interval] = field(default_factory=list)
+    bubbles: list[dict[str, Any]] = field(default_factory=list)  # report entries
+
+
+def lanes_from_prediction(tl: Timeline, report: dict[str, Any]) -> list[Lane]:
+    lanes = []
+    for r in range(tl.order.ranks):
+        stage = report["stages"][r]
+        lane = Lane(f"stage {r} (GPUs {', '.join(map(str, stage['ranks']))})")
+        for e in tl.compute[r]:
+            a = e.action
+            lane.compute.append(Interval(e.start * 1e6, (e.end - e.start) * 1e6, a.kind.value, str(a),
+                                      {"stage": a.stage, "microbatch": a.microbatch}))
+        c = tl.collectives[r]
+        if c.end > c.start:
+            lane.collectives.append(Interval(c.start * 1e6, (c.end - c.start) * 1e6, "gradient",
+                                          f"gradient {report['gradient']['collective']}"))
+        lane.bubbles = stage["bubbles"]
+        lanes.append(lane)
+    for t in tl.transfers:
+        lanes[t.src_rank].transfers.append(
+            Interval(t.start * 1e6, (t.end - t.start) * 1e6, "transfer",
+                  f"{t.what} {t.src_stage}->{t.dst_stage} mb {t.microbatch}",
+                  {"to_rank": t.dst_rank, "microbatch": t.microbatch}))
+    return lanes
+
+
+def chrome_trace(lanes: list[Lane], title: str) -> dict[str, Any]:
+    events: list[dict[str, Any]] = []
+    threads = ((0, "compute"), (1, "transfers (sent)"), (2, "gradient collective"), (3, "bubbles"))
+    for pid, lane in enumerate(lanes):
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": lane.title}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        for tid, name in threads:
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        for tid, spans in ((0, lane.compute), (1, lane.transfers), (2, lane.collectives)):
+            for s in spans:
+                events.append({"ph": "X", "name": s.label, "cat": s.category, "pid": pid, "tid": tid,
+                               "ts": s.start_us, "dur": s.dur_us, "args": s.args})
+        for b in lane.bubbles:
+            events.append({"ph": "X", "name": f"bubble ({b['cause']})", "cat": "bubble", "pid": pid, "tid": 3,
+                           "ts": b["start_us"], "dur": b["duration_us"],
+                           "args": {k: v for k, v in b.items() if k not in ("start_us", "end_us")}})
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"title": title}}
+
+
+def write_trace(path: Path, lanes: list[Lane], title: str) -> None:
+    atomic_write(path, json.dumps(chrome_trace(lanes, title)))
+
+
+def _unit(step_us: float) -> tuple[float, str]:
+    if step_us >= 2e6:
+        return 1e6, "s"
+    if step_us >= 2e3:
+        return 1e3, "ms"
+    return 1.0, "us"
+
+
+def write_plot(path: Path, lanes: list[Lane], title: str, step_us: float) -> None:
+    """The pipeline diagram: one row per lane, compute coloured by kind and labelled
+    with the micro-batch where it fits, gradient collectives, bubbles shaded red."""
+    suffix = path.suffix.lower()
+    if suffix not in (".png", ".svg"):
+        raise CollcError(f"cannot draw '{path.name}': the picture must be a .png or .svg file")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    scale, unit = _unit(step_us)
+    n = len(lanes)
+    fig, ax = plt.subplots(figsize=(13, 0.7 * n + 1.8))
+    height = 0.8
+    many = sum(len(l.compute) for l in lanes) > 4000
+    for row, lane in enumerate(lanes):
+        y = n - 1 - row
+        for b in lane.bubbles:
+            ax.broken_barh([(b["start_us"] / scale, b["duration_us"] / scale)], (y - height / 2, height),
+                           facecolors=COLOURS["bubble"], alpha=0.18, hatch=None if many else "//",
+                           edgecolor=COLOURS["bubble"], linewidth=0)
+        by_cat: dict[str, list[tuple[float, float]]] = {}
+        for s in lane.compute:
+            by_cat.setdefault(s.category, []).append((s.start_us / scale, s.dur_us / scale))
+        for cat, bars in by_cat.items():
+            ax.broken_barh(bars, (y - height / 2, height), facecolors=COLOURS.get(cat, "#777777"),
+                           edgecolor="white" if not many else None, linewidth=0.4)
+        for s in lane.collectives:
+            ax.broken_barh([(s.start_us / scale, s.dur_us / scale)], (y - height / 2, height),
+                           facecolors=COLOURS["gradient"], edgecolor="white", linewidth=0.4)
+        if not many:
+            min_width = step_us / scale / 90
+            for s in lane.compute:
+                if s.dur_us / scale >= min_width and "microbatch" in s.args:
+                    ax.text((s.start_us + s.dur_us / 2) / scale, y, str(s.args["microbatch"]), ha="center",
+                            va="center", fontsize=7, color="white")
+    ax.set_yticks(range(n))
+    ax.set_yticklabels([l.title for l in reversed(lanes)], fontsize=8)
+    ax.set_xlim(0, step_us / scale * 1.005)
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.set_xlabel(f"time from the start of the step ({unit})")
+    ax.set_title(title, fontsize=10)
+    present = {s.category for l in lanes for s in l.compute}
+    names = {"F": "forward", "B": "backward", "I": "backward (input grad)", "W": "backward (weight grad)",
+             "compute": "compute kernels"}
+    handles = [Patch(color=COLOURS[c], label=names[c]) for c in ("F", "B", "I", "W", "compute") if c in present]
+    if any(l.collectives for l in lanes):
+        handles.append(Patch(color=COLOURS["gradient"], label="gradient collective"))
+    handles.append(Patch(facecolor=COLOURS["bubble"], alpha=0.3, label="bubble"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(handles), fontsize=8,
+              frameon=False)
+    fig.tight_layout()
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=suffix[1:], dpi=130)
+    plt.close(fig)
+    atomic_write(path, buf.getvalue())

@@ -1,0 +1,359 @@
+"""NCCL debug logs (`NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`, or INIT,COLL,TUNING), plain or gzip.
+
+One record per COLL line (`AllReduce: opCount ... count N datatype D ... comm 0x.. [nranks=N]
+stream 0x..`), NCCL 2.4 to current and RCCL (` task <n> globalrank <r>`, `acc (nil)`), in
+whatever prefix the launcher adds (`host:pid:tid [dev]`, `(RayTrainWorker pid=615, ...)`,
+`[rank3]:`, timestamps). Many processes may write one file; calls are keyed by (host, pid,
+comm pointer). `INIT` lines (`comm 0x.. rank R nranks N ... commId 0x..`) give a comm's rank,
+size and job-wide id; TUNING lines (`AllReduce: <bytes> Bytes -> Algo RING proto SIMPLE ...`)
+the algorithm and protocol of the calls just logged by the same thread; they are never
+counted as calls.
+
+`count` is elements, and its meaning depends on the collective (reference section 5):
+AllGather and Gather log the per-rank send count, ReduceScatter and Scatter the per-rank
+receive count, AlltoAll the per-peer count; the rest the buffer. `bytes` is nccl-tests' size.
+
+The file is scanned in chunks with one compiled regex anchored on `NCCL INFO`: lines that
+are not INIT, COLL or TUNING lines cost a C-level scan and no Python at all.
+"""
+
+from __future__ import annotations
+
+import calendar
+import functools
+import re
+import time
+import zlib
+from collections import defaultdict
+from typing import BinaryIO, Iterator
+
+from ..diagnostics import CollcError, Span
+from .detect import TraceSource
+from .records import CollectiveCall, SourceSummary, TraceContext
+
+CHUNK_BYTES = 8 << 20
+
+# ncclDataType_t codes (NCCL 2.4 on; bfloat16 from 2.10, fp8 from 2.19; RCCL uses the same).
+DATATYPES: dict[int, tuple[str, int]] = {
+    0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
+    5: ("uint64", 8), 6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8),
+    9: ("bfloat16", 2), 10: ("fp8_e4m3", 1), 11: ("fp8_e5m2", 1)}
+
+COLLECTIVE_OPS = {
+    b"AllReduce": "allreduce", b"AllGather": "allgather", b"ReduceScatter": "reducescatter",
+    b"Broadcast": "broadcast", b"Reduce": "reduce", b"Send": "send", b"Recv": "recv",
+    b"AlltoAll": "alltoall", b"AllToAll": "alltoall", b"Gather": "gather", b"Scatter": "scatter"}
+
+# The count is one rank's part for these (sizes need nranks): (in_factor, out_factor) in
+# units of count x element size, where n is the communicator size.
+_PER_RANK = {"allgather": (1, "n"), "gather": (1, "n"), "reducescatter": ("n", 1),
+             "scatter": ("n", 1), "alltoall": ("n", "n")}
+
+# Every line of interest. The pattern starts with a literal, so the regex engine jumps from
+# one "NCCL INFO " to the next with a fast search; the prefix before it is taken separately.
+_LINE = re.compile(
+    rb"NCCL INFO (?:"
+    # COLL: <Op>: opCount <hex> sendbuff <p> recvbuff <p> [acc <p>] count <n> datatype <d>
+    #       op <o> root <r> comm <p> [nranks=<n>] stream <p> [task <t> globalrank <g>]
+    rb"(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+"
+    rb"(?: acc \S+)? count (?P<count>\d+) datatype (?P<dtype>\d+) op (?P<redop>\d+)"
+    rb" root (?P<root>-?\d+) comm (?P<comm>\S+)(?: \[nranks=(?P<nranks>\d+)\])?"
+    rb"(?: stream (?P<stream>\S+))?(?: task (?P<task>\d+) globalrank (?P<grank>\d+))?"
+    rb"[^\n]*"
+    # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
+    rb"|(?:(?P<top>[A-Za-z]+): )?(?P<tbytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)[^\n]*"
+    # INIT: ... comm 0x.. rank R nranks N ... [busId B] ... [commId 0x..]
+    rb"|(?:\w+ )?comm (?P<icomm>0x[0-9a-fA-F]+) rank (?P<irank>\d+) n[Rr]anks (?P<inranks>\d+)"
+    rb"(?P<initrest>[^\n]*)"
+    # A line that starts like a COLL line but matched none of the above.
+    rb"|(?P<bad>[A-Za-z]+: opCount)[^\n]*"
+    rb")")
+# Group numbers of _LINE, for reading a match's groups() tuple without name lookups.
+_G = {name: index - 1 for name, index in _LINE.groupindex.items()}
+_OP, _OPCOUNT, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
+    _G[n] for n in ("op", "opcount", "count", "dtype", "root", "comm", "nranks", "grank"))
+_TOP, _TBYTES, _ALGO, _PROTO = (_G[n] for n in ("top", "tbytes", "algo", "proto"))
+_ICOMM, _IRANK, _INRANKS, _INITREST = (_G[n] for n in ("icomm", "irank", "inranks", "initrest"))
+
+_PROCESS = re.compile(rb"(?P<host>[^\s:\]\[()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] $")
+_RANK_PREFIX = re.compile(rb"\[(?:rank|Rank)\s*(?P<rank>\d+)\]|\brank(?P<rank2>\d+)\]?:")
+_MPI_PREFIX = re.compile(rb"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:")
+_TIMESTAMP = re.compile(rb"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<time>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?")
+_COMM_ID = re.compile(rb"commId (?P<id>0x[0-9a-fA-F]+)")
+
+
+class _State:
+    """What the log has said so far: comms (INIT lines) and calls awaiting their TUNING line."""
+
+    def __init__(self, source: TraceSource, summary: SourceSummary, context: TraceContext):
+        self.source, self.summary, self.context = source, summary, context
+        # (pid, comm pointer) -> (rank, nranks, job-wide communicator id or None). Not the
+        # host: when processes share a terminal, other output gets glued to the front of a
+        # line ("...  -1mew0:64904:64904 [0] NCCL INFO AllReduce: ..."), so it is unreliable.
+        self.comms: dict[tuple[bytes, bytes], tuple[int, int, str | None]] = {}
+        self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = defaultdict(list)
+        # pid -> (nranks, rank) of its largest communicator: the process's global rank.
+        self.process_rank: dict[bytes, tuple[int, int]] = {}
+        self.first_bad: int | None = None
+        self.shapes: dict[tuple, object] = {}     # see _scan
+        self.process_local_comms = 0
+
+
+def read_nccl_log(source: TraceSource, summary: SourceSummary, context: TraceContext
+                  ) -> Iterator[CollectiveCall]:
+    state = _State(source, summary, context)
+    with source.open() as f:
+        for data, line_base in _chunks(f, source):
+            yield from _scan(data, line_base, state)
+    out: list[CollectiveCall] = []
+    for calls in state.pending.values():
+        _emit(calls, state, out)
+    state.pending.clear()
+    yield from out
+    if state.first_bad is not None:
+        bad = summary.skipped.get("COLL line in no known format", 0)
+        if summary.records == 0:
+            raise CollcError("no COLL line of this NCCL log is in a known format",
+                             Span(source.name, state.first_bad, 1))
+        context.notes.append(f"{source.name}: {bad} COLL lines in no known format were skipped "
+                             f"(first at line {state.first_bad})")
+    if state.process_local_comms:
+        context.notes.append(f"{source.name}: no INIT line gives a job-wide commId for "
+                             f"{state.process_local_comms} communicators; they are named by "
+                             "host:pid:comm pointer, so calls cannot be matched across processes")
+
+
+def _chunks(f: BinaryIO, source: TraceSource) -> Iterator[tuple[bytes, int]]:
+    """Line-aligned chunks of the (decompressed) file and the line number before each."""
+    rest = b""
+    line_base = 0
+    offset = 0
+    while True:
+        try:
+            chunk = f.read(CHUNK_BYTES)
+        except (EOFError, zlib.error, OSError) as e:
+            raise CollcError(f"truncated or corrupt compressed log: {e}",
+                             Span(source.name, line_base + rest.count(b"\n") + 1, 1),
+                             notes=(f"after {offset} bytes of decompressed data",)) from None
+        offset += len(chunk)
+        if not chunk:
+            if rest:
+                yield rest, line_base
+            return
+        data = rest + chunk
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            rest = data
+            continue
+        yield data[:cut], line_base
+        line_base += data.count(b"\n", 0, cut)
+        rest = data[cut:]
+
+
+def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
+    """The calls of one chunk whose TUNING line (if any) has been seen."""
+    out: list[CollectiveCall] = []
+    pos, line = 0, line_base
+    rfind, count = data.rfind, data.count
+    shapes, pending, name = state.shapes, state.pending, state.source.name
+    for m in _LINE.finditer(data):
+        start = m.start()
+        line_start = rfind(b"\n", 0, start) + 1
+        line += count(b"\n", pos, line_start)
+        pos = line_start
+        g = m.groups()
+        pre = data[line_start:start]
+        op = g[_OP]
+        if op is not None:
+            # The hot path (most lines of a COLL log): what depends only on the prefix, the
+            # comm and the call's shape is worked out once per distinct combination.
+            ts = None
+            if b"-" in pre:                    # a timestamp (NCCL >= 2.26, or the launcher's)
+                t = _TIMESTAMP.search(pre)
+                if t is not None:
+                    ts = _epoch_us(t.group("date"), t.group("time"), t.group("frac"))
+                    pre = pre[:t.start()] + pre[t.end():]
+            key = (pre, op, g[_COUNT], g[_DTYPE], g[_COMM], g[_NRANKS], g[_GRANK])
+            shape = shapes.get(key)
+            if shape is None:
+                if len(shapes) > 100_000:
+                    shapes.clear()
+                shape = shapes[key] = _coll_shape(g, pre, state)
+            if shape is _UNKNOWN_OP:
+                state.summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
+                continue
+            thread, _, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, p2p = shape
+            calls = pending[thread]
+            calls.append(CollectiveCall(name, f"line {line + 1}", coll, rank, comm, nranks, dtype, n,
+                                        nbytes, int(g[_OPCOUNT], 16), ts, None,
+                                        int(g[_ROOT]) if p2p else None, None, None, None, "log",
+                                        in_b, out_b))
+            if len(calls) > 512:       # no TUNING lines in this log: do not hold calls back
+                state.summary.records += len(calls)
+                out.extend(calls)
+                calls.clear()
+        elif g[_TBYTES] is not None:
+            _tuning_line(g, pre, state, out)
+        elif g[_ICOMM] is not None:
+            _init_line(g, pre, state)
+        else:
+            state.summary.skip("COLL line in no known format")
+            if state.first_bad is None:
+                state.first_bad = line + 1
+        if len(pending) > 64:
+            _flush(state, out)
+    return out
+
+
+_prefix_cache: dict[bytes, tuple[bytes, bytes, bytes, int | None, float | None]] = {}
+
+
+def _process(pre: bytes) -> tuple[bytes, bytes, bytes, int | None, float | None]:
+    """(host, pid, tid, rank from a launcher prefix, timestamp in us) of a line's prefix."""
+    cached = _prefix_cache.get(pre)
+    if cached is not None:
+        return cached
+    p = _PROCESS.search(pre)
+    host, pid, tid = (p.group("host"), p.group("pid"), p.group("tid")) if p else (b"", b"", b"")
+    rank = None
+    if b"ank" in pre:
+        r = _RANK_PREFIX.search(pre)
+        if r:
+            rank = int(r.group("rank") or r.group("rank2"))
+    elif pre.startswith(b"[") and b"<std" in pre:
+        r = _MPI_PREFIX.search(pre)
+        if r:
+            rank = int(r.group("rank"))
+    ts = None
+    if b"-" in pre:
+        t = _TIMESTAMP.search(pre)
+        if t:
+            ts = _epoch_us(t.group("date"), t.group("time"), t.group("frac"))
+    result = (host, pid, tid, rank, ts)
+    if ts is None:                           # prefixes with a timestamp never repeat
+        if len(_prefix_cache) > 100_000:
+            _prefix_cache.clear()
+        _prefix_cache[pre] = result
+    return result
+
+
+@functools.lru_cache(maxsize=4096)
+def _epoch_seconds(date: bytes, clock: bytes) -> int:
+    return calendar.timegm(time.strptime((date + b" " + clock).decode(), "%Y-%m-%d %H:%M:%S"))
+
+
+def _epoch_us(date: bytes, clock: bytes, frac: bytes | None) -> float:
+    """Microseconds since the epoch of a `YYYY-MM-DD HH:MM:SS[.ffffff]` timestamp (UTC)."""
+    return _epoch_seconds(date, clock) * 1e6 + (float(frac) * 1e6 if frac else 0.0)
+
+
+def _host_name(host: bytes) -> str:
+    return host.decode(errors="replace")
+
+
+def _init_line(g: tuple, pre: bytes, state: _State) -> None:
+    host, pid, _tid, _rank, _ts = _process(pre)
+    cid = _COMM_ID.search(g[_INITREST])
+    comm_id = cid.group("id").decode() if cid else None
+    nranks = int(g[_INRANKS])
+    key = (pid, g[_ICOMM])
+    before = state.comms.get(key)
+    if comm_id is None and before is not None:
+        comm_id = before[2]          # "Destroy COMPLETE" lines repeat the comm without commId
+    rank = int(g[_IRANK])
+    state.comms[key] = (rank, nranks, comm_id)
+    state.shapes.clear()
+    if nranks > state.process_rank.get(pid, (0, 0))[0]:
+        state.process_rank[pid] = (nranks, rank)
+    state.context.saw_world_size(nranks)
+    if comm_id is not None:
+        state.context.communicator(comm_id, nranks)
+
+
+def _coll_shape(g: tuple, pre: bytes, state: _State) -> tuple | object:
+    """(thread, timestamp, collective, rank, communicator, nranks, dtype, count, bytes,
+    in_bytes, out_bytes, is point-to-point) of a COLL line, or _UNKNOWN_OP."""
+    host, pid, tid, rank, ts = _process(pre)
+    shape = _shape(g, host, pid, g[_COMM], rank, state)
+    if shape is _UNKNOWN_OP:
+        return shape
+    return ((pid, tid), ts, *shape, shape[0] in ("send", "recv"))
+
+
+_UNKNOWN_OP = object()
+
+
+def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None, state: _State):
+    coll = COLLECTIVE_OPS.get(g[_OP])
+    if coll is None:
+        return _UNKNOWN_OP
+    dtype_code = int(g[_DTYPE])
+    dtype, size = DATATYPES.get(dtype_code, (f"datatype {dtype_code}", None))
+    known = state.comms.get((pid, comm_ptr))
+    nranks = int(g[_NRANKS]) if g[_NRANKS] is not None else (known[1] if known else None)
+    if g[_GRANK] is not None:
+        rank = int(g[_GRANK])
+    elif rank is None:
+        # A comm-local rank is the global one only in a communicator as large as any of
+        # the process's (one process may drive several GPUs, each a rank of that size).
+        largest = state.process_rank.get(pid)
+        if known is not None and (largest is None or known[1] >= largest[0]):
+            rank = known[0]
+        elif largest is not None:
+            rank = largest[1]
+    if known is not None and known[2] is not None:
+        communicator = known[2]
+    else:
+        communicator = f"{_host_name(host)}:{pid.decode()}:{comm_ptr.decode()}"
+        if communicator not in state.context.communicators:
+            state.process_local_comms += 1
+            state.context.communicator(communicator, nranks)
+    count = int(g[_COUNT])
+    in_b, out_b, nbytes = _sizes(coll, count, size, nranks)
+    return coll, rank, communicator, nranks, dtype, count, nbytes, in_b, out_b
+
+
+def _sizes(coll: str, count: int, size: int | None, nranks: int | None
+           ) -> tuple[int | None, int | None, int | None]:
+    """(send buffer, receive buffer, nccl-tests size) in bytes of one rank's call."""
+    if size is None:
+        return None, None, None
+    part = count * size
+    factors = _PER_RANK.get(coll)
+    if factors is None:
+        in_b = None if coll == "recv" else part
+        out_b = None if coll == "send" else part
+        return in_b, out_b, part
+    in_f, out_f = (nranks if f == "n" else f for f in factors)
+    in_b = part * in_f if in_f is not None else None
+    out_b = part * out_f if out_f is not None else None
+    if coll in ("allgather", "gather"):
+        return in_b, out_b, out_b
+    return in_b, out_b, in_b     # reducescatter, scatter, alltoall: the send buffer
+
+
+def _tuning_line(g: tuple, pre: bytes, state: _State, out: list[CollectiveCall]) -> None:
+    """Algorithm and protocol for the calls this thread has just logged (same op and size)."""
+    host, pid, tid, _rank, _ts = _process(pre)
+    calls = state.pending.pop((pid, tid), None)
+    if not calls:
+        state.summary.skip("TUNING line with no COLL line before it")
+        return
+    coll = COLLECTIVE_OPS.get(g[_TOP]) if g[_TOP] else None
+    nbytes = int(g[_TBYTES])
+    algo, proto = g[_ALGO].decode(), g[_PROTO].decode()
+    for call in calls:
+        if call.algorithm is None and (coll is None or call.collective == coll) and call.bytes in (nbytes, None):
+            call.algorithm, call.protocol = algo, proto
+    _emit(calls, state, out)
+
+
+def _flush(state: _State, out: list[CollectiveCall]) -> None:
+    for calls in state.pending.values():
+        _emit(calls, state, out)
+    state.pending.clear()
+
+
+def _emit(calls: list[CollectiveCall], state: _State, out: list[CollectiveCall]) -> None:
+    state.summary.records += len(calls)
+    out.extend(calls)

@@ -1,0 +1,133 @@
+"""Reading a job's traces: every file (or directory of per-rank files) into one `TraceSet`.
+
+Each file's format is detected from its content; every reader streams, counts what it
+skipped and why in the file's `SourceSummary`, and raises a located `CollcError` for a
+record that makes the file unreadable.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from ..diagnostics import CollcError, Span
+from .detect import TraceSource, detect, detect_bytes, read_head
+from .records import CollectiveCall, CommunicatorInfo, SourceSummary, TraceContext
+
+__all__ = ["CommunicatorInfo", "TraceSet", "read_traces", "read_file", "trace_files"]
+
+
+@dataclass
+class TraceSet:
+    calls: list[CollectiveCall]
+    sources: list[SourceSummary]
+    world_size: int | None
+    communicators: dict[str, CommunicatorInfo]
+    notes: list[str]        # e.g. "412 kernel rows were named by the launching nccl:* op"
+
+
+Reader = Callable[[TraceSource, SourceSummary, TraceContext], Iterator[CollectiveCall]]
+
+
+def _reader(fmt: str) -> Reader:
+    # Imported here so that reading one format never loads the others' dependencies.
+    if fmt == "kineto":
+        from .kineto import read_kineto
+        return read_kineto
+    if fmt == "nccl-log":
+        from .nccl_log import read_nccl_log
+        return read_nccl_log
+    if fmt == "nccl-profiler":
+        from .nccl_profiler import read_profiler_dump
+        return read_profiler_dump
+    if fmt == "nccl-inspector":
+        from .nccl_profiler import read_inspector
+        return read_inspector
+    if fmt == "chakra-et":
+        from .chakra import read_chakra_et
+        return read_chakra_et
+    if fmt == "chakra-json":
+        from .chakra import read_chakra_json
+        return read_chakra_json
+    raise ValueError(f"no reader for format {fmt!r}")
+
+
+def trace_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """The files named, directories recursed (sorted, hidden files and MANIFESTs left out)."""
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            for sub in sorted(path.rglob("*")):
+                if sub.is_file() and not _ignored(sub.name):
+                    files.append(sub)
+        elif path.exists():
+            files.append(path)
+        else:
+            raise CollcError("no such file or directory", Span(str(path), 1, 1))
+    return files
+
+
+def _ignored(name: str) -> bool:
+    return name.startswith(".") or name.upper().startswith("MANIFEST") or name.upper().startswith("README")
+
+
+def read_file(path: str | os.PathLike, context: TraceContext | None = None
+              ) -> tuple[list[CollectiveCall], list[SourceSummary]]:
+    """One file's calls and summaries (an archive gives one summary per trace member)."""
+    context = context if context is not None else TraceContext()
+    source = TraceSource.file(path)
+    fmt = detect(source)
+    if fmt == "tar":
+        return _read_archive(source, context)
+    return _read_source(source, fmt, context)
+
+
+def _read_source(source: TraceSource, fmt: str, context: TraceContext
+                 ) -> tuple[list[CollectiveCall], list[SourceSummary]]:
+    summary = SourceSummary(source.name, fmt)
+    calls = list(_reader(fmt)(source, summary, context))
+    return calls, [summary]
+
+
+def _read_archive(archive: TraceSource, context: TraceContext
+                  ) -> tuple[list[CollectiveCall], list[SourceSummary]]:
+    """Members of a tar archive, each detected and read as a stream, none written to disk."""
+    calls: list[CollectiveCall] = []
+    summaries: list[SourceSummary] = []
+    try:
+        with tarfile.open(archive.name, "r:*") as tar:
+            for member in tar.getmembers():
+                if not member.isfile() or _ignored(os.path.basename(member.name)):
+                    continue
+                source = TraceSource(f"{archive.name}:{member.name}",
+                                     lambda m=member: tar.extractfile(m))  # type: ignore[misc]
+                fmt = detect_bytes(read_head(source))
+                if fmt is None or fmt == "tar":
+                    summary = SourceSummary(source.name, "unknown")
+                    summary.skip("archive member in no trace format")
+                    summaries.append(summary)
+                    continue
+                member_calls, member_summaries = _read_source(source, fmt, context)
+                calls.extend(member_calls)
+                summaries.extend(member_summaries)
+    except (tarfile.TarError, EOFError, zlib.error) as e:
+        raise CollcError(f"unreadable archive: {e}", Span(archive.name, 1, 1)) from None
+    return calls, summaries
+
+
+def read_traces(paths: Sequence[str | os.PathLike]) -> TraceSet:
+    """Every call the files record, with what they say about ranks and communicators."""
+    context = TraceContext()
+    calls: list[CollectiveCall] = []
+    sources: list[SourceSummary] = []
+    for path in trace_files(paths):
+        file_calls, summaries = read_file(path, context)
+        calls.extend(file_calls)
+        sources.extend(summaries)
+    return TraceSet(calls=calls, sources=sources, world_size=context.world_size,
+                    communicators=context.communicators, notes=context.notes)

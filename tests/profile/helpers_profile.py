@@ -1,0 +1,16 @@
+"""Shared paths for the profile readers' tests."""
+
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+TRACES = DATA / "traces"
+LOGS = DATA / "nccl-logs"
+
+
+def sample(name: str, folder: Path = TRACES) -> Path:
+    path = folder / name
+    if not path.exists():
+        pytest.skip(f"sample data not present: {path}")
+    return path
