@@ -9,8 +9,9 @@ mode alike):
   harvest-ahead  the same, but the bubbles come from the pipeline report, placed at
               each step's start (`HarvestClient.step_started`)
   co-located  the same side tasks as ordinary processes on the same device, no manager
-The trainer follows one stage of a pipeline timeline (a `collc pipeline --report`
-JSON): busy intervals run real compute (an MLP stage's forward and backward, NumPy or
+The trainer follows one stage of a predicted pipeline timeline
+(bench/data/harvest_pipeline_report.json, written by
+`collc pipeline bench/data/harvest_pipeline.coll --report ... --no-synthesis`): busy intervals run real compute (an MLP stage's forward and backward, NumPy or
 CuPy), bubbles are waits for the neighbouring stages. Side tasks: a small model trained
 with SGD, PageRank on a generated graph, an image filter (imperative, signal-paused).
 
@@ -186,7 +187,7 @@ def colocated_main(target: str, kwargs: dict, device: str, progress: Any) -> Non
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default=None, help="cpu:N (default: the last core) or cuda:N")
-    ap.add_argument("--report", default=str(ROOT / "data" / "harvest_1f1b_timeline.json"))
+    ap.add_argument("--report", default=str(ROOT / "data" / "harvest_pipeline_report.json"))
     ap.add_argument("--stage", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps-per-round", type=int, default=1)

@@ -83,3 +83,25 @@ def test_report_from_json_dumps_round_trip():
     data = json.loads(GOOD)
     report = parse_report(json.dumps(data))
     assert len(report.stages) == 2
+
+
+def test_reads_the_report_collc_pipeline_writes(tmp_path):
+    """The loader against the real producer: `collc pipeline --report` on the example."""
+    from pathlib import Path
+
+    from collc.cli import main
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "report.json"
+    assert main(["pipeline", str(root / "examples" / "pipeline_dgx1.coll"), "--report",
+                 str(out), "--no-synthesis"]) == 0
+    raw = json.loads(out.read_text())
+    report = load_report(out)
+    assert report.kind == "predicted" and len(report.stages) == 4
+    for stage, raw_stage in zip(sorted(report.stages, key=lambda s: s.stage),
+                                sorted(raw["stages"], key=lambda s: s["stage"])):
+        bubbles = stage.bubbles
+        assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(bubbles, bubbles[1:]))
+        assert len(bubbles) == len(raw_stage["bubbles"])
+        assert report.bubble_seconds(stage.stage) / report.step_s == pytest.approx(
+            raw_stage["bubble_fraction"], abs=1e-3)
+        assert stage.min_free_bytes is not None and stage.min_free_bytes > 0
