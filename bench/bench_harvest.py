@@ -399,19 +399,31 @@ def write_results(result: dict[str, Any], logs: dict[str, dict[str, Any]],
                                        for m, i in incidents]
     atomic_write(out_dir / "harvest.json", json.dumps(result, indent=1))
     atomic_write(out_dir / "harvest.md", "\n".join(lines) + "\n")
-    from collc.harvest.trace import chrome_trace, timeline_figure
-    log = logs["harvest"]
-    atomic_write(out_dir / "harvest_trace.json", json.dumps(chrome_trace(log)))
-    per_step = sum(1 for k, _ in segments(ROOT.parent / result["report"],
-                                          result["stage"])[0] if k == "bubble")
-    last = log["bubbles"][-per_step:]
-    if last:
-        window = (last[0]["start"] - 0.3, last[-1]["end"] + 0.3)
-        fig = timeline_figure(log, "harvest mode: side tasks in the bubbles of the "
-                              "last harvested step", window)
-        fig.savefig(out_dir / "harvest_timeline.png", dpi=110)
+    atomic_write(out_dir / "harvest_log.json", json.dumps(logs["harvest"]))
+    plot(result, logs["harvest"], out_dir)
     print("\n".join(lines))
 
 
+def plot(result: dict[str, Any], log: dict[str, Any], out_dir: Path) -> None:
+    """A Chrome trace of the harvest mode's run, and a PNG of its last step."""
+    from collc.harvest.trace import chrome_trace, timeline_figure
+    from collc.io import atomic_write
+    atomic_write(out_dir / "harvest_trace.json", json.dumps(chrome_trace(log)))
+    if not log["bubbles"]:
+        return
+    # The manager logs only bubbles long enough to harvest: find the last step by time.
+    end = log["bubbles"][-1]["end"]
+    step = result["summary"]["harvest"]["median_step_s"]
+    fig = timeline_figure(log, "harvest mode: side tasks in the bubbles of the last "
+                          "harvested step", (end - step, end + 0.2))
+    fig.savefig(out_dir / "harvest_timeline.png", dpi=110)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--replot"]:
+        # Redraw from saved results: python bench/bench_harvest.py --replot [DIR]
+        out = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "results"
+        plot(json.loads((out / "harvest.json").read_text()),
+             json.loads((out / "harvest_log.json").read_text()), out)
+        sys.exit(0)
     sys.exit(main())
