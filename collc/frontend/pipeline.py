@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
-from collc.frontend.evaluate import Evaluator, Scope, as_int, suggest
+from collc.frontend.evaluate import Evaluator, as_int, suggest
 from collc.frontend.runner import bind_args, called_from, evaluate_args, instance_name
 from collc.frontend.values import NUMBER, SIZE, TIME, Quantity, dim_of, format_value, type_word
 from collc.ir.pipeline import GradientCollective, MemoryModel, PipelineJob, ScheduleKind

@@ -2,11 +2,12 @@
 how much device memory is free during it; and the bubble report (JSON).
 
 Causes (`Bubble.cause`):
-- `warmup`: before the rank's first action, or waiting on another stage's compute
-  before the rank's first backward (the pipeline filling);
+- `warmup`: waiting on another stage's compute up to the rank's first backward (the
+  pipeline filling);
 - `cooldown`: waiting on another stage after the rank's last forward (the pipeline
   draining), and the tail of the step after the rank's gradient collective;
-- `transfer`: most of the wait is an activation or gradient in flight;
+- `transfer`: most of the wait is an activation or gradient in flight (this comes
+  first: a wait that is mostly a transfer is a transfer bubble wherever it falls);
 - `gradient`: the rank's data-parallel gradient collective is running;
 - `unknown`: waiting on another stage's compute in the steady state (stages of
   unequal cost); `waiting_on` names the action waited for.

@@ -121,7 +121,7 @@ def cmd_bubbles(args: argparse.Namespace) -> int:
         raise UsageError("--threshold-us must not be negative")
     if args.plot and args.plot.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"--plot must name a .png or .svg file, got '{args.plot}'")
-    result = measure(args.traces, threshold_s=args.threshold_us * 1e-6)
+    result = measure(args.traces, threshold_us=args.threshold_us)
     title = f"measured: {', '.join(p.name for p in args.traces)}"
     _write_outputs(args, result.report, result.lanes, title)
     if args.json:

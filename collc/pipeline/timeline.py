@@ -17,13 +17,11 @@ actions, takes well under a second).
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 from collc.diagnostics import CollcError, Span
 from collc.pipeline.schedules import Action, Kind, ScheduleOrder
-
-# Index of each kind's array of finish times. B and I both produce the input gradient.
-_F, _G, _W = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,9 @@ class StageCosts:
                    (transfer,) * (s - 1), (transfer,) * (s - 1), (gradient,) * order.ranks)
 
 
-@dataclass(frozen=True, slots=True)
+# Events are not frozen: a frozen dataclass's __init__ goes through object.__setattr__,
+# which made creating 130k of them a third of the whole timeline. Treat them as values.
+@dataclass(slots=True)
 class ComputeEvent:
     rank: int
     action: Action
@@ -61,7 +61,7 @@ class ComputeEvent:
     input_produced: float  # when its producer finished (ready - produced = transfer time)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TransferEvent:
     what: str  # "activation" or "gradient"
     src_rank: int
@@ -97,25 +97,36 @@ class ScheduleDeadlock(CollcError):
     """A schedule whose order waits on an input that is produced later on the same rank."""
 
 
-def _duration(costs: StageCosts, a: Action) -> float:
-    if a.kind is Kind.F:
-        return costs.forward_s[a.stage]
-    if a.kind is Kind.B:
-        return costs.backward_s[a.stage]
-    if a.kind is Kind.I:
-        return costs.input_grad_s[a.stage]
-    return costs.weight_grad_s[a.stage]
+_CODE = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}
 
 
 def build_timeline(order: ScheduleOrder, costs: StageCosts, span: Span | None = None) -> Timeline:
+    # The garbage collector would walk the growing event lists again and again; the loop
+    # creates no cycles, so it is paused (a third of the time on large pipelines).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(order, costs, span)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build(order: ScheduleOrder, costs: StageCosts, span: Span | None) -> Timeline:
     S, M, p = order.stages, order.microbatches, order.ranks
     n = S * M
     nan = float("nan")
-    finish = [[nan] * n, [nan] * n, [nan] * n]  # F, input gradient (B or I), W
-    producer: list[list[Action | None]] = [[None] * n, [None] * n, [None] * n]
+    # Finish times of forwards, input gradients (B or I) and weight gradients, by
+    # stage * M + micro-batch; NaN until produced. The actions producing them, likewise.
+    fin_f, fin_g, fin_w = [nan] * n, [nan] * n, [nan] * n
+    by_f: list[Action | None] = [None] * n
+    by_g: list[Action | None] = [None] * n
     stage_rank = order.stage_rank
     fwd_x, bwd_x = costs.send_forward_s, costs.send_backward_s
-    events: list[list[ComputeEvent]] = [[] for _ in range(p)]
+    durations = (costs.forward_s, costs.backward_s, costs.input_grad_s, costs.weight_grad_s)
+    encoded = [[(_CODE[a.kind], a.stage, a.microbatch) for a in acts] for acts in order.actions]
+    # Per rank: (start, end, input producer, input ready, input produced) per action.
+    done: list[list[tuple]] = [[] for _ in range(p)]
     transfers: list[TransferEvent] = []
     waiting: dict[int, list[int]] = {}
     pos = [0] * p
@@ -124,53 +135,82 @@ def build_timeline(order: ScheduleOrder, costs: StageCosts, span: Span | None = 
     while stack:
         r = stack.pop()
         acts = order.actions[r]
+        enc = encoded[r]
+        out_r = done[r]
         i = pos[r]
-        while i < len(acts):
-            a = acts[i]
-            s, mb, kind = a.stage, a.microbatch, a.kind
+        count = len(enc)
+        t_free = free_at[r]
+        while i < count:
+            k, s, mb = enc[i]
             idx = s * M + mb
-            # (array, index, transfer delay) of each input
-            if kind is Kind.F:
-                needs = ((_F, idx - M, fwd_x[s - 1] if stage_rank[s - 1] != r else 0.0),) if s > 0 else ()
-            elif kind is Kind.W:
-                needs = ((_G, idx, 0.0),)
-            elif s < S - 1:
-                needs = ((_F, idx, 0.0), (_G, idx + M, bwd_x[s] if stage_rank[s + 1] != r else 0.0))
-            else:
-                needs = ((_F, idx, 0.0),)
             ready, produced, source = 0.0, 0.0, None
-            blocked = -1
-            for arr, j, delay in needs:
-                t = finish[arr][j]
-                if t != t:  # not produced yet
-                    blocked = arr * n + j
+            if k == 0:  # forward: the previous stage's activations
+                if s > 0:
+                    t = fin_f[idx - M]
+                    if t != t:
+                        waiting.setdefault(idx - M, []).append(r)
+                        break
+                    ready = t + (fwd_x[s - 1] if stage_rank[s - 1] != r else 0.0)
+                    produced, source = t, by_f[idx - M]
+            elif k == 3:  # weight gradient: its own input gradient
+                t = fin_g[idx]
+                if t != t:
+                    waiting.setdefault(n + idx, []).append(r)
                     break
-                if t + delay >= ready:
-                    ready, produced, source = t + delay, t, producer[arr][j]
-            if blocked >= 0:
-                waiting.setdefault(blocked, []).append(r)
-                break
-            start = free_at[r] if free_at[r] > ready else ready
-            end = start + _duration(costs, a)
-            free_at[r] = end
-            events[r].append(ComputeEvent(r, a, start, end, source, ready, produced))
-            out = _W if kind is Kind.W else (_F if kind is Kind.F else _G)
-            key = out * n + idx
-            if finish[out][idx] == finish[out][idx]:
-                raise CollcError(f"schedule runs {a} twice (or both B and I for micro-batch {mb} of stage {s})",
-                                 span)
-            finish[out][idx] = end
-            producer[out][idx] = a
-            if kind is Kind.F and s < S - 1 and stage_rank[s + 1] != r:
-                transfers.append(TransferEvent("activation", r, stage_rank[s + 1], s, s + 1, mb, end, end + fwd_x[s]))
-            elif kind is not Kind.F and kind is not Kind.W and s > 0 and stage_rank[s - 1] != r:
-                transfers.append(TransferEvent("gradient", r, stage_rank[s - 1], s, s - 1, mb, end,
-                                               end + bwd_x[s - 1]))
-            woken = waiting.pop(key, None)
-            if woken:
-                stack.extend(woken)
+                ready = produced = t
+                source = by_g[idx]
+            else:  # B or I: its forward, and the next stage's input gradient
+                t = fin_f[idx]
+                if t != t:
+                    waiting.setdefault(idx, []).append(r)
+                    break
+                ready = produced = t
+                source = by_f[idx]
+                if s < S - 1:
+                    t = fin_g[idx + M]
+                    if t != t:
+                        waiting.setdefault(n + idx + M, []).append(r)
+                        break
+                    arrive = t + (bwd_x[s] if stage_rank[s + 1] != r else 0.0)
+                    if arrive >= ready:
+                        ready, produced, source = arrive, t, by_g[idx + M]
+            start = t_free if t_free > ready else ready
+            end = start + durations[k][s]
+            t_free = end
+            out_r.append((start, end, source, ready, produced))
+            a = acts[i]
+            if k == 0:
+                if fin_f[idx] == fin_f[idx]:
+                    raise CollcError(f"schedule runs {a} twice", span)
+                fin_f[idx] = end
+                by_f[idx] = a
+                key = idx
+                if s < S - 1 and stage_rank[s + 1] != r:
+                    transfers.append(TransferEvent("activation", r, stage_rank[s + 1], s, s + 1, mb, end,
+                                                   end + fwd_x[s]))
+            elif k == 3:
+                if fin_w[idx] == fin_w[idx]:
+                    raise CollcError(f"schedule runs {a} twice", span)
+                fin_w[idx] = end
+                key = -1
+            else:
+                if fin_g[idx] == fin_g[idx]:
+                    raise CollcError(f"schedule runs {a} twice (or both B and I for micro-batch {mb} of stage {s})",
+                                     span)
+                fin_g[idx] = end
+                by_g[idx] = a
+                key = n + idx
+                if s > 0 and stage_rank[s - 1] != r:
+                    transfers.append(TransferEvent("gradient", r, stage_rank[s - 1], s, s - 1, mb, end,
+                                                   end + bwd_x[s - 1]))
+            if key >= 0 and waiting:
+                woken = waiting.pop(key, None)
+                if woken:
+                    stack.extend(woken)
             i += 1
         pos[r] = i
+        free_at[r] = t_free
+    events = [[ComputeEvent(r, a, *d) for a, d in zip(order.actions[r], done[r])] for r in range(p)]
     stuck = [r for r in range(p) if pos[r] < len(order.actions[r])]
     if stuck:
         shown = "; ".join(f"rank {r} at {order.actions[r][pos[r]]} (action {pos[r] + 1})" for r in stuck[:4])
