@@ -415,7 +415,7 @@ def plot(result: dict[str, Any], log: dict[str, Any], out_dir: Path) -> None:
     end = log["bubbles"][-1]["end"]
     step = result["summary"]["harvest"]["median_step_s"]
     fig = timeline_figure(log, "harvest mode: side tasks in the bubbles of the last "
-                          "harvested step", (end - step, end + 0.2))
+                          "harvested step", (end - 1.1 * step, end + 0.2))
     fig.savefig(out_dir / "harvest_timeline.png", dpi=110)
 
 
