@@ -448,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
 # their argument parsing in their own package: a module here exposes
 # `add_commands(subparsers)`, registering subcommands whose `func` returns an exit code
 # and raises CollcError (exit 1) or UsageError (exit 2) like the commands above.
-COMMAND_MODULES: tuple[str, ...] = ("collc.profile.cli", "collc.pipeline.cli")
+COMMAND_MODULES: tuple[str, ...] = ("collc.profile.cli", "collc.pipeline.cli", "collc.harvest.cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
