@@ -107,6 +107,10 @@ def read_source_line(span: Span, sources: dict[str, str] | None = None) -> str |
     return None
 
 
+# Characters of a source line shown under an error at most.
+ECHO_WIDTH = 160
+
+
 def format_error(err: CollcError, sources: dict[str, str] | None = None) -> str:
     """`FILE:LINE:COL: error: MESSAGE`, then the source line and a caret under the column."""
     if err.span is None:
@@ -115,14 +119,22 @@ def format_error(err: CollcError, sources: dict[str, str] | None = None) -> str:
         out = [f"{err.span}: error: {err.message}"]
         line = read_source_line(err.span, sources)
         if line is not None:
-            shown = printable(line.expandtabs(1))
-            # The caret sits under the column's character, even where an escape widened
-            # the text before it.
-            caret_col = len(printable(line.expandtabs(1)[:max(0, err.span.column - 1)]))
-            out.append("    " + shown)
+            line = line.expandtabs(1)
+            column = max(1, err.span.column)
             width = 1
             if err.span.end_line == err.span.line and err.span.end_column:
                 width = max(1, err.span.end_column - err.span.column)
+            # A very long line (minified XML, a generated file) is shown as a window
+            # around the column.
+            start = max(0, column - 1 - ECHO_WIDTH // 2) if len(line) > ECHO_WIDTH else 0
+            window = line[start:start + ECHO_WIDTH]
+            before = "..." if start > 0 else ""
+            after = "..." if start + ECHO_WIDTH < len(line) else ""
+            # The caret sits under the column's character, even where an escape widened
+            # the text before it.
+            caret_col = len(before) + len(printable(window[:column - 1 - start]))
+            width = min(width, max(1, len(window) - (column - 1 - start)))
+            out.append("    " + before + printable(window) + after)
             out.append("    " + " " * caret_col + "^" + "~" * (width - 1))
     out.extend(f"  note: {n}" for n in err.notes)
     return printable("\n".join(out))

@@ -355,23 +355,51 @@ def show_file(path: str | os.PathLike) -> dict:
             topologies.setdefault(topo.name, topo)
     for req in requests:
         topologies.setdefault(req.topology.name, req.topology)
-    collectives = [req.collective for req in requests]
-    used = {c.name for c in collectives}
+    collectives: dict[tuple, Collective] = {}
+    for req in requests:  # two requests of one collective show it once
+        collectives.setdefault((req.collective.name, req.collective.ranks, req.collective.chunks), req.collective)
+    used = {c.name for c in collectives.values()}
     for name, entry in module.collectives.items():
         if name in used:
             continue
         try:
-            collectives.append(_collective.instantiate(entry, SHOW_RANKS, [], None))
-        except RequirementError:
+            coll = _collective.instantiate(entry, SHOW_RANKS, [], None)
+        except (RequirementError, RankRangeError):
             continue
+        collectives.setdefault((coll.name, coll.ranks, coll.chunks), coll)
     return {
         "file": str(path),
         "topologies": [t.to_json() for t in topologies.values()],
-        "collectives": [c.to_json() for c in collectives],
+        "collectives": [c.to_json() for c in collectives.values()],
         "algorithms": [{"name": name, "for": coll} for name, variants in module.algorithms.items()
                        for coll in variants],
+        "schedules": _algorithm_schedules(module, requests),
         "requests": [r.describe() for r in requests],
     }
+
+
+def _algorithm_schedules(module: Module, requests: list[CompileRequest]) -> list[dict]:
+    """The ops of the file's hand-written algorithms: as its requests use them, and the
+    others on a crossbar of SHOW_RANKS GPUs."""
+    out = []
+    shown: set[tuple[str, str]] = set()
+    for req in requests:
+        if req.schedule is not None:
+            out.append({"for": req.describe(), "schedule": req.schedule.to_json()})
+            shown.add((str(req.algorithm).split("(")[0], req.collective.name))
+    for name, variants in module.algorithms.items():
+        for coll_name, entry in variants.items():
+            if (name, coll_name) in shown:
+                continue
+            try:
+                coll_entry = entry.module.lookup_collective(coll_name, entry.defn.collective_span)
+                coll = _collective.instantiate(coll_entry, SHOW_RANKS, [], None)
+                topo = crossbar(SHOW_RANKS)
+                sched = _algorithm.instantiate(entry, topo, coll, [], None)
+            except (RequirementError, RankRangeError):
+                continue
+            out.append({"for": f"{coll_name} on {topo.name} (an example)", "schedule": sched.to_json()})
+    return out
 
 
 def stdlib_catalog() -> dict:
