@@ -87,8 +87,8 @@ def check_output_path(path: Path, directory: bool = False, what: str = "output")
     limit = _name_max(ancestor)
     for name in missing:
         if len(os.fsencode(name)) > limit:
-            raise OutputError(f"cannot write the {what} {path}: the name '{name[:40]}...' is longer than the "
-                              f"{limit} bytes the file system allows")
+            raise OutputError(f"cannot write the {what} {str(path)[:60]}...: the name '{name[:40]}...' is longer "
+                              f"than the file system allows ({limit} bytes)")
     _probe(ancestor, what, path)
 
 
