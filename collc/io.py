@@ -182,16 +182,17 @@ def _make_parents(directory: Path, tx: _Transaction | None) -> None:
         tx.made_dirs.extend(reversed(missing))
 
 
-def _write_temp(path: Path, data: str | bytes) -> Path:
+def _write_temp(path: Path, data: str | bytes, mode: int | None) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
-        # mkstemp creates 0600; give the file the mode a plain open() would have.
+        # mkstemp creates 0600; give the file the mode a plain open() would have (or
+        # the one asked for).
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        os.fchmod(fd, 0o666 & ~umask if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
     except BaseException as exc:
@@ -203,16 +204,17 @@ def _write_temp(path: Path, data: str | bytes) -> Path:
     return Path(tmp)
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
+def atomic_write(path: str | os.PathLike, data: str | bytes, mode: int | None = None) -> Path:
     """Write `data` to a temporary file beside `path`, then rename it into place (at the
-    end of the enclosing `all_or_nothing()` block, if there is one)."""
+    end of the enclosing `all_or_nothing()` block, if there is one). `mode`: the file's
+    permission bits (default: what `open()` would give under the umask)."""
     path = Path(path)
     check_target(path)
     tx = _ACTIVE.get()
     if tx is not None and os.path.abspath(path) in tx.finals():
         raise OutputError(f"two outputs of this command would both be written to {path}")
     _make_parents(path.parent, tx)
-    tmp = _write_temp(path, data)
+    tmp = _write_temp(path, data, mode)
     if tx is not None:
         tx.staged.append((tmp, path))
         return path

@@ -181,3 +181,11 @@ def test_read_only_file_system_is_named_before_solving(collc, tmp_path, no_solve
     monkeypatch.setattr(collc_io.tempfile, "mkstemp", read_only)
     run = collc("compile", "p.coll", "-o", "o.json", "-q")
     assert run.status == 1 and "read-only" in run.err
+
+
+def test_cupy_executor_is_executable_after_a_staged_write(collc, tmp_path):
+    write(tmp_path / "p.coll", ONE)
+    run = collc("compile", "p.coll", "--backend", "cupy", "-o", "out/", "-q", "--no-baselines")
+    assert run.status == 0, run.err
+    (executor,) = (tmp_path / "out").iterdir()
+    assert executor.suffix == ".py" and os.stat(executor).st_mode & 0o777 == 0o755
