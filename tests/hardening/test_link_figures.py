@@ -37,13 +37,13 @@ def test_nan_bandwidth_with_hand_written_ring(collc, tmp_path):
 
 
 def test_check_no_longer_calls_nan_bandwidth_ok(collc, tmp_path):
-    write(tmp_path / "p.coll", _program("0 GB/s / 0 GB/s * 1 GB/s"))
+    write(tmp_path / "p.coll", _program("1e400 GB/s - 1e400 GB/s"))
     run = collc("check", "p.coll")
-    assert run.status == 1 and "division by zero" in run.err
+    assert run.status == 1 and "p.coll:1:" in run.err and "ok" not in run.out
 
 
 @pytest.mark.parametrize("lat, words", [("1e400 us", "too large"), ("1e300 s * 1e300", "not a finite number"),
-                                        ("1 h" if False else "100 s", "COLLC_LIMIT_LATENCY")])
+                                        ("100 s", "COLLC_LIMIT_LATENCY")])
 def test_latency_that_is_not_a_real_links(tmp_path, lat, words):
     path = write(tmp_path / "p.coll", _program("1 GB/s", lat))
     with pytest.raises(CollcError, match=words):
