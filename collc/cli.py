@@ -48,7 +48,8 @@ def _finite_float(lo: float, hi: float | None = None, lo_open: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
         if not math.isfinite(value) or value < lo or (lo_open and value == lo) or (hi is not None and value > hi):
-            bound = (f"greater than {lo:g}" if lo_open else f"at least {lo:g}") + ("" if hi is None else f" and at most {hi:g}")
+            bound = f"greater than {lo:g}" if lo_open else f"at least {lo:g}"
+            bound += "" if hi is None else f" and at most {hi:g}"
             raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text}")
         return value
     parse.__name__ = "number"
@@ -168,6 +169,7 @@ def _is_json(path: str) -> bool:
 def _read_schedule_json(path: str) -> dict[str, Any]:
     """A compiled schedule (`--backend json`) in the form `_describe` shows."""
     from collc.ir.schedule import Schedule
+    from collc.ir.topology import Topology
 
     try:
         with open(path, "rb") as f:
@@ -182,10 +184,11 @@ def _read_schedule_json(path: str) -> dict[str, Any]:
                          "\"collc-schedule\")", Span(path, 1, 1))
     try:
         schedule = Schedule.from_json(doc["schedule"])
-        return {"topology": doc["topology"], "collectives": [schedule.collective.to_json()],
+        topology = Topology.from_json(doc["topology"])
+        return {"topology": topology.to_json(), "collectives": [schedule.collective.to_json()],
                 "schedules": [{"for": f"{schedule.collective.name} on {schedule.topology}, "
                                f"{doc.get('size_bytes'):,} bytes", "schedule": doc["schedule"]}]}
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise CollcError(f"this collc schedule is damaged: {type(exc).__name__} {exc}", Span(path, 1, 1)) from None
 
 

@@ -172,6 +172,7 @@ class _TopologyRunner(BodyRunner):
         self.entry = entry
         self.elab = elab
         self.link_statements = 0  # links declared (merged ones too), against the `links` limit
+        self.gpus = 0  # against the `ranks` limit, checked as GPUs are declared
         self.declared = {g: s for g, s in _all_declarations(entry.defn.body)}
 
     def statement(self, stmt: ast.Stmt, scope: Scope) -> None:
@@ -204,6 +205,8 @@ class _TopologyRunner(BodyRunner):
     def _node_decl(self, stmt: ast.NodeDecl, scope: Scope) -> None:
         count = self._count(stmt.count, scope, f"{stmt.kind.value}s in '{stmt.name}'")
         self._check_nodes(count or 1, stmt.span)
+        if stmt.kind.value == NodeKind.GPU.value:
+            self._check_gpus(count or 1, stmt.span)
         names = [stmt.name] if count is None else [f"{stmt.name}[{i}]" for i in range(count)]
         self._declare(Group(stmt.name, stmt.kind.value, count, stmt.span, names))
         kind = NodeKind(stmt.kind.value)
@@ -216,6 +219,7 @@ class _TopologyRunner(BodyRunner):
         sub = elaborate(target, evaluate_args(spec.args, scope, self.ev), spec.span)
         # Checked before copying: parts of parts multiply (32 parts of 32 parts of ...).
         self._check_nodes((count or 1) * len(sub.nodes), stmt.span)
+        self._check_gpus((count or 1) * sum(1 for _, kind in sub.nodes if kind is NodeKind.GPU), stmt.span)
         if len(self.elab.links) + (count or 1) * len(sub.links) > int_limit("links"):
             raise CollcError(f"these parts bring the topology to {len(self.elab.links) + (count or 1) * len(sub.links):,} "
                              "links" + exceeded("links"), stmt.span)
@@ -228,6 +232,11 @@ class _TopologyRunner(BodyRunner):
                 add_link(self.elab, a, b, info)
             members.append(PartInstance(prefix, inst.groups))
         self._declare(Group(stmt.name, "part", count, stmt.span, members))
+
+    def _check_gpus(self, more: int, span: Span) -> None:
+        self.gpus += more
+        if self.gpus > int_limit("ranks"):
+            raise CollcError(f"this declaration brings the topology to {self.gpus:,} GPUs" + exceeded("ranks"), span)
 
     def _check_nodes(self, more: int, span: Span) -> None:
         total = len(self.elab.nodes) + more

@@ -66,3 +66,13 @@ def test_show_of_broken_json_is_located(collc, tmp_path):
     write(tmp_path / "bad.json", '{"format": "collc-schedule",\n "schedule": }')
     run = collc("show", "bad.json")
     assert run.status == 1 and "bad.json:2:" in run.err
+
+
+def test_show_of_a_damaged_schedule_is_an_error_not_a_traceback(collc, tmp_path):
+    write(tmp_path / "p.coll", RING4 + "compile allgather on t() size 1 MiB using ring;\n")
+    assert collc("compile", "p.coll", "-o", "o.json", "-q").status == 0
+    doc = json.loads((tmp_path / "o.json").read_text())
+    doc["topology"] = {"name": "t"}
+    write(tmp_path / "d.json", json.dumps(doc))
+    run = collc("show", "d.json")
+    assert run.status == 1 and "damaged" in run.err
