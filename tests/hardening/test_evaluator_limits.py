@@ -74,11 +74,14 @@ def test_part_fan_out_to_a_billion_nodes(tmp_path):
     for name in "abcdef":
         text += f"topology {name}() {{ part p[32] = {prev}(); }}\n"
         prev = name
-    # Stopped by the node limit while elaborating, or by the rank limit when the first
-    # topology too large to run is instantiated, whichever comes first.
-    _fails_fast(tmp_path, text, "COLLC_LIMIT_")
-    with pytest.raises(CollcError, match="COLLC_LIMIT_NODES"):
-        frontend.resolve_topology(f"{tmp_path / 'p.coll'}:f")
+    # Stopped where the parts would pass the GPU (rank) limit, before they are copied.
+    err = _fails_fast(tmp_path, text, "COLLC_LIMIT_RANKS", seconds=3)
+    assert "GPUs" in err.message and err.span.line > 1  # at a `part` declaration
+
+
+def test_node_limit_counts_switches_and_nics_too(tmp_path):
+    _fails_fast(tmp_path, "topology big() { gpu g[2]; switch s[100000]; nic h[100000]; }\n",
+                "200,002 nodes", "COLLC_LIMIT_NODES", seconds=3)
 
 
 def test_loop_of_ten_million_links(tmp_path):
