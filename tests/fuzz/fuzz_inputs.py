@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import io
 import os
 import shutil
@@ -296,6 +297,29 @@ def xml_program(draw) -> bytes:
         lines.append("  </gpu>")
     lines.append("</algo>")
     return ("\n".join(lines) + "\n").encode()
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_xml(collective: str, ranks: int) -> bytes:
+    """A valid MSCCL XML program collc writes: the stdlib's ring algorithm on `ring(ranks)`."""
+    from collc.backends import BackendOptions, get_backend
+    from collc.backends.msccl_xml.writer import algo_to_xml
+    from collc.driver import CompileJob, schedule_for_backend
+
+    topology = frontend.resolve_topology(f"ring({ranks})")
+    job = CompileJob(topology, frontend.resolve_collective(collective, ranks), 1 << 20, algorithm="ring")
+    unit, _ = schedule_for_backend(job, get_backend("msccl-xml"), BackendOptions())
+    return algo_to_xml(unit.lowered).encode()
+
+
+@st.composite
+def valid_or_generated_xml(draw) -> bytes:
+    """A third of the time a program collc compiled (valid: `verify` passes it), else a
+    generated one (`xml_program`)."""
+    if draw(st.integers(0, 2)) == 0:
+        return compiled_xml(draw(st.sampled_from(["allgather", "reducescatter", "allreduce"])),
+                            draw(st.integers(2, 4)))
+    return draw(xml_program())
 
 
 def seed_xml_files(max_bytes: int = 40_000) -> list[bytes]:
