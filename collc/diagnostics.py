@@ -7,7 +7,10 @@ Every error a user can cause is a `CollcError` carrying a `Span`; the CLI prints
 from __future__ import annotations
 
 import codecs
+import errno
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +86,23 @@ def decode_source(data: bytes, filename: str) -> str:
                          "cannot be decoded (save the file as UTF-8)", Span(filename, line, column)) from None
 
 
+def read_input_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of an input file. Only regular files are read: opening a FIFO would
+    wait forever for a writer, and a device may never end. Raises OSError (with
+    `strerror` saying why) for what cannot or must not be read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+            raise OSError(errno.EINVAL, f"it is {what}, not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 # C0/C1 control characters but tab and newline: echoed raw they would drive the terminal
 # (colours, cursor moves, window titles) with bytes from the user's file.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -97,7 +117,7 @@ def read_source_line(span: Span, sources: dict[str, str] | None = None) -> str |
     text = (sources or {}).get(span.file)
     if text is None:
         try:
-            data = Path(span.file).read_bytes()
+            data = read_input_bytes(span.file)
         except OSError:
             return None
         text = data.removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace")

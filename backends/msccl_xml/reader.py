@@ -38,7 +38,7 @@ from collc.backends.msccl_xml.model import (
     XmlStep,
     XmlThreadblock,
 )
-from collc.diagnostics import CollcError, Span
+from collc.diagnostics import CollcError, Span, read_input_bytes
 from collc.limits import exceeded, int_limit
 
 # Attributes the executor reads on each element; anything else on <algo> is kept in
@@ -92,7 +92,7 @@ def read_xml_document(path: Path) -> XmlDocument:
     """Like `read_xml`, also returning the reader's warnings and the `<algo>` line."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_input_bytes(path)  # a regular file only: a FIFO would block forever
     except OSError as exc:
         raise CollcError(f"cannot read {path}: {exc.strerror or exc}") from None
     return read_xml_bytes(data, str(path))

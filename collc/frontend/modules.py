@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from collc.diagnostics import CollcError, Span, decode_source
+from collc.diagnostics import CollcError, Span, decode_source, read_input_bytes
 from collc.frontend import ast
 from collc.frontend.evaluate import Evaluator, Scope, suggest
 from collc.frontend.parser import parse
@@ -239,7 +239,7 @@ def load_module(path: str | os.PathLike, span: Span | None = None) -> Module:
             chain = [Path(l.path).name for l in _STACK[i:]] + [Path(resolved).name]
             raise CollImportError("import cycle: " + " imports ".join(chain), span)
     try:
-        data = Path(resolved).read_bytes()
+        data = read_input_bytes(resolved)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise CollImportError(f"cannot read '{path}': {reason}", span) from None

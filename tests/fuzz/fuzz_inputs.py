@@ -28,8 +28,11 @@ from collc.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / ".." / "shared" / "data" / "msccl-xml"
 
-# Seconds one case may take before it counts as a hang.
+# CPU seconds one case may use before it counts as a hang (CPU time, so that a busy
+# machine does not make slow cases look hung), and a wall-clock backstop for a case
+# that waits without computing.
 CASE_DEADLINE_S = int(os.environ.get("COLLC_FUZZ_DEADLINE", "30"))
+CASE_WALL_DEADLINE_S = 8 * CASE_DEADLINE_S
 
 # Cases run and their exit statuses, per kind of input (read by bench/fuzz_long.py).
 STATS: collections.Counter = collections.Counter()
@@ -58,10 +61,14 @@ def run_case(kind: str, inputs: dict[str, bytes], argv: list[str]) -> Outcome:
         out, err = io.StringIO(), io.StringIO()
 
         def on_alarm(signum, frame):
-            raise CaseTimeout(f"collc {' '.join(args)} ran past {CASE_DEADLINE_S} s")
+            clock = "CPU" if signum == signal.SIGPROF else "wall-clock"
+            raise CaseTimeout(f"collc {' '.join(args)} ran past its {clock} deadline\n"
+                              f"--- {list(inputs)[0]} ---\n" + inputs[list(inputs)[0]].decode("utf-8", "replace"))
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.alarm(CASE_DEADLINE_S)
+        previous_prof = signal.signal(signal.SIGPROF, on_alarm)
+        signal.setitimer(signal.ITIMER_PROF, CASE_DEADLINE_S)
+        signal.alarm(CASE_WALL_DEADLINE_S)
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 try:
@@ -70,7 +77,9 @@ def run_case(kind: str, inputs: dict[str, bytes], argv: list[str]) -> Outcome:
                     status = exc.code if isinstance(exc.code, int) else 1
         finally:
             signal.alarm(0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
             signal.signal(signal.SIGALRM, previous)
+            signal.signal(signal.SIGPROF, previous_prof)
         files = sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
                        if p.relative_to(directory).as_posix() not in inputs)
         outcome = Outcome(status, out.getvalue(), err.getvalue(), files)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -56,3 +57,12 @@ def test_random_bytes_exit_1_without_traceback(collc, tmp_path):
         write(tmp_path / f"r{k}.coll", bytes(rng.randrange(256) for _ in range(400)))
         run = collc("check", f"r{k}.coll")
         assert run.status == 1 and "error" in run.err
+
+
+def test_inputs_that_are_not_regular_files_are_refused_not_read(collc, tmp_path):
+    # Reading a FIFO waits for a writer forever; a device may never end.
+    os.mkfifo(tmp_path / "fifo.coll")
+    os.mkfifo(tmp_path / "fifo.xml")
+    for argv in (["check", "fifo.coll"], ["verify", "fifo.xml"], ["check", "/dev/zero"], ["check", "."]):
+        run = collc(*argv)
+        assert run.status == 1 and "not a regular file" in run.err, (argv, run.err)
