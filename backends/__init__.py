@@ -42,6 +42,9 @@ class Backend:
     op_budget: Callable[[int], int] | None = None
     # The error its lowering raises when a schedule exceeds the runtime's limits.
     limit_error: type[Exception] | None = None
+    # (collective, options) -> None, or a CollcError when this backend cannot express
+    # the collective at all; run before any schedule is produced.
+    check_collective: Callable[[Any, BackendOptions], None] | None = None
 
 
 _MODULES = {

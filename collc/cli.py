@@ -9,18 +9,57 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from collc import __version__
-from collc.diagnostics import CollcError, Span, format_error
+from collc.diagnostics import CollcError, Span, format_error, printable
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
     """A command line that does not make sense (exit 2)."""
+
+
+# --- argument types: argparse reports a bad value as a usage error (exit 2) ----------------
+
+def _int_at_least(lo: int, hi: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+        if value < lo or (hi is not None and value > hi):
+            bound = f"at least {lo}" if hi is None else f"between {lo} and {hi:,}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+    parse.__name__ = "whole number"
+    return parse
+
+
+def _finite_float(lo: float, hi: float | None = None, lo_open: bool = False):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+        if not math.isfinite(value) or value < lo or (lo_open and value == lo) or (hi is not None and value > hi):
+            bound = f"greater than {lo:g}" if lo_open else f"at least {lo:g}"
+            bound += "" if hi is None else f" and at most {hi:g}"
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def _path_text(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    return text
 
 
 def _spec_sources() -> dict[str, str]:
@@ -54,7 +93,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             sys.stderr.write(format_error(err) + "\n")
             failed += 1
             continue
-        _out(f"{path}: ok: {summary}")
+        _out(printable(f"{path}: ok: {summary}"))
     return EXIT_ERROR if failed else EXIT_OK
 
 
@@ -66,6 +105,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         _json_out(catalog)
         return EXIT_OK
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(highlight=False, emoji=False)
@@ -81,7 +121,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             else:
                 second = ", ".join(f"{p['name']}={p['default']}" if p.get("default") is not None else p["name"]
                                    for p in item.get("params", []))
-            table.add_row(item["name"], second, _first_sentence(item.get("description", "")))
+            table.add_row(*(escape(printable(cell)) for cell in
+                            (item["name"], second, _first_sentence(item.get("description", "")))))
         console.print(table)
     return EXIT_OK
 
@@ -95,7 +136,9 @@ def _first_sentence(text: str) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     from collc import frontend
 
-    if args.file:
+    if args.file and _is_json(args.file):
+        data = _read_schedule_json(args.file)
+    elif args.file:
         data = frontend.show_file(args.file)
     elif args.topology:
         topo = frontend.resolve_topology(args.topology)
@@ -112,6 +155,66 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _is_json(path: str) -> bool:
+    """A file collc wrote with `--backend json` (rather than a .coll program)."""
+    if path.endswith(".json"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).lstrip().startswith(b"{")
+    except OSError:
+        return False
+
+
+def _read_schedule_json(path: str) -> dict[str, Any]:
+    """A compiled schedule (`--backend json`) in the form `_describe` shows."""
+    from collc.ir.schedule import Schedule
+    from collc.ir.topology import Topology
+
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except OSError as exc:
+        raise CollcError(f"cannot read '{path}': {exc.strerror or exc}") from None
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        line, col = getattr(exc, "lineno", 1), getattr(exc, "colno", 1)
+        raise CollcError(f"not valid JSON: {getattr(exc, 'msg', exc)}", Span(path, line, col)) from None
+    if not isinstance(doc, dict) or doc.get("format") != "collc-schedule":
+        raise CollcError("not a schedule collc wrote (`--backend json` files have \"format\": "
+                         "\"collc-schedule\")", Span(path, 1, 1))
+    try:
+        schedule = Schedule.from_json(doc["schedule"])
+        topology = Topology.from_json(doc["topology"])
+        return {"topology": topology.to_json(), "collectives": [schedule.collective.to_json()],
+                "schedules": [{"for": f"{schedule.collective.name} on {schedule.topology}, "
+                               f"{doc.get('size_bytes'):,} bytes", "schedule": doc["schedule"]}]}
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise CollcError(f"this collc schedule is damaged: {type(exc).__name__} {exc}", Span(path, 1, 1)) from None
+
+
+# Ops and ranks `collc show` lists before it says how many more there are.
+SHOW_OPS = 64
+SHOW_RANK_LINES = 32
+# A collective's postcondition has ranks x slots entries: beyond this it is no view.
+SHOW_MAX_RANKS = 256
+
+
+def _describe_schedule(item: dict[str, Any]) -> list[str]:
+    from collc.ir.schedule import Op
+
+    sched = item["schedule"]
+    ops = [Op.from_json(o) for o in sched["ops"]]
+    steps = 1 + max((op.step for op in ops), default=-1)
+    lines = [f"schedule {sched['name']} for {item['for']}: {len(ops)} ops in {steps} steps"]
+    for op in ops[:SHOW_OPS]:
+        count = f" x{op.count}" if op.count != 1 else ""
+        deps = f" after {', '.join(map(str, op.deps))}" if op.deps else ""
+        lines.append(f"  step {op.step}: op {op.id} {op.kind.value} {op.src} -> {op.dst}{count}{deps}")
+    if len(ops) > SHOW_OPS:
+        lines.append(f"  ... {len(ops) - SHOW_OPS} more ops (--json shows all)")
+    return lines
+
+
 def _describe(data: dict[str, Any]) -> str:
     """A short human-readable view of the JSON form."""
     lines: list[str] = []
@@ -121,7 +224,7 @@ def _describe(data: dict[str, Any]) -> str:
         lines.append(f"topology {topo['name']}: {len(gpus)} GPUs, {len(others)} switches/NICs, "
                      f"{len(topo['links'])} directed links")
         if topo.get("description"):
-            lines.append(f"  {topo['description']}")
+            lines.extend(f"  {line}" for line in topo["description"].splitlines())
         for l in topo["links"]:
             mult = f" x{l['multiplicity']}" if l["multiplicity"] != 1 else ""
             lines.append(f"  {l['src']} -> {l['dst']}: {l['bandwidth'] / 1e9:g} GB/s{mult}, "
@@ -129,12 +232,17 @@ def _describe(data: dict[str, Any]) -> str:
     for coll in ([data["collective"]] if "collective" in data else data.get("collectives", [])):
         lines.append(f"collective {coll['name']} ({coll['kind']}): {coll['ranks']} ranks, "
                      f"{coll['chunks']} chunk(s) per rank")
-        for r, buf in enumerate(coll["outputs"]):
-            want = ", ".join("-" if v is None else "+".join(f"c{a}.{b}" for a, b in v) for v in buf)
-            lines.append(f"  rank {r} output: [{want}]")
+        for r, buf in enumerate(coll["outputs"][:SHOW_RANK_LINES]):
+            want = ", ".join("-" if v is None else "+".join(f"c{a}.{b}" for a, b in v) for v in buf[:SHOW_OPS])
+            more = f", ... {len(buf) - SHOW_OPS} more" if len(buf) > SHOW_OPS else ""
+            lines.append(f"  rank {r} output: [{want}{more}]")
+        if len(coll["outputs"]) > SHOW_RANK_LINES:
+            lines.append(f"  ... {len(coll['outputs']) - SHOW_RANK_LINES} more ranks (--json shows all)")
+    for item in data.get("schedules", []):
+        lines.extend(_describe_schedule(item))
     for req in data.get("requests", []):
         lines.append(f"compile {req}")
-    return "\n".join(lines) if lines else "(nothing to show)"
+    return printable("\n".join(lines)) if lines else "(nothing to show)"
 
 
 # --- compile ------------------------------------------------------------------------
@@ -192,7 +300,7 @@ def _jobs(args: argparse.Namespace) -> list:
     jobs = []
     if args.file and not (args.topology or args.collective):
         base = Path(args.file).resolve().parent
-        requests = frontend.load_requests(args.file)
+        requests = frontend.load_requests(args.file, args.request)
         if not requests:
             raise UsageError(f"{args.file} has no compile request: add `compile ... on ... size ...;` "
                              "or pass --topology and --collective")
@@ -210,6 +318,9 @@ def _jobs(args: argparse.Namespace) -> list:
                     schedule=req.schedule if algorithm == req.algorithm else None,
                     pipeline=_synth_pipeline(args, req.pipeline), span=req.span, base_dir=base))
         return jobs
+    if args.request is not None:
+        raise UsageError("--request picks one of a FILE's compile requests; it does not go with --topology "
+                         "and --collective")
     if not (args.topology and args.collective):
         raise UsageError("compile needs a FILE with compile requests, or --topology and --collective")
     if not sizes:
@@ -247,8 +358,13 @@ def _backend_options(args: argparse.Namespace):
         max_steps_per_tb=args.max_steps, extra={"channels": args.channels} if args.channels else {})
 
 
-def _output_path(out: Path, job, backend, many: bool, taken: set[Path]) -> Path:
-    if not many and not out.is_dir():
+def _names_directory(text: str) -> bool:
+    """`-o out/` always names a directory; `-o out` one only when it is an existing one."""
+    return text.endswith(("/", os.sep)) or os.path.isdir(text)
+
+
+def _output_path(out: Path, job, backend, directory: bool, taken: set[Path]) -> Path:
+    if not directory:
         return out
     route = job.algorithm.rsplit(":", 1)[-1] if job.algorithm else "synthesized"
     stem = _safe_filename(f"{job.collective.name}-{job.topology.name}-{job.size_bytes}B-{route}")
@@ -263,42 +379,74 @@ def _safe_filename(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in name)
 
 
+def _check_outputs(args: argparse.Namespace, jobs: list, directory: bool) -> None:
+    """Everything about the outputs that can fail, checked before any solve (which may
+    take minutes): the kind of path, writability, and -o and --report apart."""
+    from collc.io import check_output_path
+
+    if len(jobs) > 1 and not directory:
+        raise UsageError(f"{len(jobs)} schedules are compiled, so -o must name a directory: write it with a "
+                         f"trailing slash ('{args.output}/')")
+    check_output_path(Path(args.output), directory=directory, what="output")
+    if args.report:
+        if not directory and os.path.abspath(args.report) == os.path.abspath(args.output):
+            raise UsageError(f"--report and -o name the same file ({args.report}): the report would overwrite "
+                             "the schedule")
+        if directory and os.path.abspath(args.report) == os.path.abspath(args.output.rstrip("/" + os.sep)):
+            raise UsageError(f"--report names the output directory {args.output}; give it a file name")
+        check_output_path(Path(args.report), what="report")
+
+
+def _one_request_many_sizes(jobs: list) -> bool:
+    """Whether the jobs are one request at several sizes (an MSCCL XML size-band
+    library); several requests get a file each instead."""
+    if len(jobs) < 2 or len({job.size_bytes for job in jobs}) != len(jobs):
+        return False
+    first = jobs[0]
+    return all(job.collective is first.collective and (job.topology.name, job.algorithm, job.pipeline, job.span)
+               == (first.topology.name, first.algorithm, first.pipeline, first.span) for job in jobs)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from collc.backends import get_backend
-    from collc.driver import compile_job
-    from collc.io import atomic_write
+    from collc.driver import check_job, compile_job
+    from collc.io import all_or_nothing, atomic_write
 
     backend = get_backend(args.backend)
     options = _backend_options(args)
     jobs = _jobs(args)
     out = Path(args.output)
+    library = args.backend == "msccl-xml" and _one_request_many_sizes(jobs)
+    directory = _names_directory(args.output)
+    _check_outputs(args, jobs, directory)
+    for job in jobs:  # before the first solve, so a late request cannot waste an early one's time
+        check_job(job, backend, options)
     reports = []
-    library = args.backend == "msccl-xml" and len(jobs) > 1
-    if library:
-        from collc.backends.msccl_xml.backend import write_library
-        from collc.driver import make_report, schedule_for_backend
+    # Every file of this command (schedules, report) is renamed into place together at
+    # the end, or none is: a failure in any request leaves no output of another.
+    with all_or_nothing():
+        if library:
+            from collc.backends.msccl_xml.backend import write_library
+            from collc.driver import make_report, schedule_for_backend
 
-        units = []
-        for job in jobs:
-            unit, solver = schedule_for_backend(job, backend, options)
-            units.append((job, unit, solver))
-        paths = write_library([u for _, u, _ in units], [j.size_bytes for j, _, _ in units], out, options)
-        for (job, unit, solver), path in zip(units, paths):
-            reports.append(make_report(job, unit, solver, args.backend, [path], not args.no_baselines))
-    else:
-        many = len(jobs) > 1
-        if many and out.exists() and not out.is_dir():
-            raise UsageError(f"{out} is a file, but {len(jobs)} schedules are compiled: give a directory")
-        taken: set[Path] = set()
-        for job in jobs:
-            result = compile_job(job, args.backend, _output_path(out, job, backend, many, taken), options,
-                                 with_baselines=not args.no_baselines)
-            reports.append(result.report)
+            units = []
+            for job in jobs:
+                unit, solver = schedule_for_backend(job, backend, options)
+                units.append((job, unit, solver))
+            paths = write_library([u for _, u, _ in units], [j.size_bytes for j, _, _ in units], out, options)
+            for (job, unit, solver), path in zip(units, paths):
+                reports.append(make_report(job, unit, solver, args.backend, [path], not args.no_baselines))
+        else:
+            taken: set[Path] = set()
+            for job in jobs:
+                result = compile_job(job, args.backend, _output_path(out, job, backend, directory, taken), options,
+                                     with_baselines=not args.no_baselines)
+                reports.append(result.report)
+        if args.report:
+            atomic_write(args.report, json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n")
     for rep in reports:
         if not args.quiet:
             _print_report(rep)
-    if args.report:
-        atomic_write(args.report, json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n")
     return EXIT_OK
 
 
@@ -312,34 +460,42 @@ def _fmt_time(us: float | None) -> str:
 
 def _print_report(rep: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    def safe(text: str) -> str:
+        # User text (names, parameters, messages, paths) may hold `[...]` or control
+        # characters: escaped, it is shown as written and neither markup nor terminal codes.
+        return escape(printable(text))
 
     console = Console(highlight=False, emoji=False)
     solver = rep.get("solver") or {}
-    title = (f"{rep['collective']} on {rep['topology']} ({rep['ranks']} ranks), "
-             f"{rep['size_bytes']:,} bytes")
+    title = safe(f"{rep['collective']} on {rep['topology']} ({rep['ranks']} ranks), {rep['size_bytes']:,} bytes")
     table = Table(title=title, title_justify="left", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    table.add_row("schedule time", _fmt_time(rep["time_us"]))
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", justify="right", overflow="fold")  # long paths wrap, never cut
+
+    def row(what: str, value: str) -> None:
+        table.add_row(safe(what), safe(value))
+
+    row("schedule time", _fmt_time(rep["time_us"]))
     ratio = rep.get("ratio_to_lower_bound")
-    table.add_row("lower bound", f"{_fmt_time(rep['lower_bound_us'])}"
-                  + (f"  (time / bound = {ratio:.3f})" if ratio else ""))
-    table.add_row("algbw / busbw", f"{rep['algbw_GBps']:.2f} / {rep['busbw_GBps']:.2f} GB/s")
+    row("lower bound", f"{_fmt_time(rep['lower_bound_us'])}" + (f"  (time / bound = {ratio:.3f})" if ratio else ""))
+    row("algbw / busbw", f"{rep['algbw_GBps']:.2f} / {rep['busbw_GBps']:.2f} GB/s")
     for name, b in rep.get("baselines", {}).items():
         if b.get("time_us") is None:
-            table.add_row(f"baseline {name}", f"n/a ({b.get('error')})")
+            row(f"baseline {name}", f"n/a ({b.get('error')})")
         else:
-            table.add_row(f"baseline {name}", f"{_fmt_time(b['time_us'])}  (speedup {b['speedup']:.2f}x)")
+            row(f"baseline {name}", f"{_fmt_time(b['time_us'])}  (speedup {b['speedup']:.2f}x)")
     status = solver.get("status", "-")
     if solver.get("optimal") is False:
         status += " (not proven optimal)"
-    table.add_row("method", f"{solver.get('method', '-')}: {status}, {solver.get('seconds', 0):.2f} s")
+    row("method", f"{solver.get('method', '-')}: {status}, {solver.get('seconds', 0):.2f} s")
     sched = rep.get("schedule", {})
-    table.add_row("schedule", f"{sched.get('ops')} ops, {sched.get('steps')} steps, "
-                  f"{sched.get('chunks_per_rank')} chunk(s)/rank, verified")
+    row("schedule", f"{sched.get('ops')} ops, {sched.get('steps')} steps, "
+        f"{sched.get('chunks_per_rank')} chunk(s)/rank, verified")
     for path in rep.get("outputs", []):
-        table.add_row("wrote", path)
+        row("wrote", path)
     console.print(table)
 
 
@@ -356,7 +512,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                    for r in reports])
     else:
         for r in reports:
-            (sys.stdout if r.ok else sys.stderr).write(r.render() + "\n")
+            (sys.stdout if r.ok else sys.stderr).write(printable(r.render()) + "\n")
     return EXIT_OK if all(r.ok for r in reports) else EXIT_ERROR
 
 
@@ -377,63 +533,81 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     c = sub.add_parser("check", help="parse and check .coll files")
-    c.add_argument("files", nargs="+", metavar="FILE")
+    c.add_argument("files", nargs="+", metavar="FILE", help=".coll files")
     c.set_defaults(func=cmd_check)
 
     c = sub.add_parser("list", help="what the standard library offers")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="as JSON")
     c.set_defaults(func=cmd_list)
 
     c = sub.add_parser("show", help="print the IR of a file, a topology or a collective")
-    c.add_argument("file", nargs="?", metavar="FILE")
+    c.add_argument("file", nargs="?", metavar="FILE", help="a .coll file, or a schedule collc wrote as JSON")
     c.add_argument("--topology", metavar="T", help='e.g. "ndv2(chassis=2)"')
     c.add_argument("--collective", metavar="C", help='e.g. "allgather(chunks=2)"')
-    c.add_argument("--ranks", type=int, default=8, help="ranks for --collective (default 8)")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--ranks", type=_int_at_least(1, SHOW_MAX_RANKS), default=8,
+                   help=f"ranks for --collective (default 8, at most {SHOW_MAX_RANKS})")
+    c.add_argument("--json", action="store_true", help="as JSON")
     c.set_defaults(func=cmd_show)
 
     c = sub.add_parser("compile", help="compile a collective for a cluster")
     c.add_argument("file", nargs="?", metavar="FILE", help="a .coll file with compile requests or definitions")
     c.add_argument("--topology", metavar="T", help='a stdlib topology with arguments, e.g. "ndv2(chassis=2)"')
     c.add_argument("--collective", metavar="C", help='e.g. allgather or "broadcast(root=1)"')
-    c.add_argument("--size", metavar="BYTES", help="nccl-tests' size: 1MiB, 256MB, ...; a comma list for several")
+    c.add_argument("--size", metavar="BYTES",
+                   help="nccl-tests' size: 1MiB, 256MB, 1M (K/M/G/T are powers of 1024, as nccl-tests reads "
+                        "them; KB/MB/GB powers of 1000), ...; a comma list for several")
+    c.add_argument("--request", metavar="LINE|NAME",
+                   help="compile only the FILE's requests on this line, or naming this collective, topology "
+                        "or algorithm")
     route = c.add_argument_group("routing")
     route.add_argument("--algorithm", metavar="A", help="a hand-written algorithm (e.g. ring, tree)")
     route.add_argument("--synthesize", metavar="METHOD", help="auto (default), milp, lp, rounds, ...")
     route.add_argument("--pipeline", metavar="TEXT", help='passes as text, e.g. "synthesize{method=lp chunks=4}"')
-    route.add_argument("--chunks", type=int, help="chunks per rank for synthesis (default: chosen)")
-    route.add_argument("--time-limit", type=float, dest="time_limit", help="solver seconds (default 60)")
-    route.add_argument("--mip-gap", type=float, dest="mip_gap")
-    route.add_argument("--threads", type=int)
-    route.add_argument("--seed", type=int)
+    route.add_argument("--chunks", type=_int_at_least(1), metavar="N",
+                       help="chunks per rank for synthesis (default: chosen)")
+    route.add_argument("--time-limit", type=_finite_float(0, lo_open=True), dest="time_limit", metavar="SECONDS",
+                       help="solver seconds (default 60)")
+    route.add_argument("--mip-gap", type=_finite_float(0, 1), dest="mip_gap", metavar="GAP",
+                       help="relative MILP gap at which the solver stops, 0 to 1 (default: the solver's)")
+    route.add_argument("--threads", type=_int_at_least(1), metavar="N",
+                       help="solver threads (default: the solver's choice)")
+    route.add_argument("--seed", type=_int_at_least(0), metavar="N",
+                       help="solver random seed, 0 or more (default: the solver's)")
     out = c.add_argument_group("output")
-    out.add_argument("--backend", default="json", help="json (default), msccl-xml, cupy")
-    out.add_argument("-o", "--output", required=True, metavar="OUT")
-    out.add_argument("--report", metavar="FILE.json")
+    out.add_argument("--backend", default="json", choices=_backend_names(),
+                     help="what to write (default json)")
+    out.add_argument("-o", "--output", required=True, metavar="OUT", type=_path_text,
+                     help="the output file; a directory (a trailing slash, or an existing directory) gets one "
+                          "file per schedule")
+    out.add_argument("--report", metavar="FILE.json", type=_path_text,
+                     help="also write the report (times, bounds, baselines) as JSON")
     out.add_argument("--inplace", action="store_true", help="msccl-xml/cupy: in-place variant")
-    out.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"])
-    out.add_argument("--instances", type=int, default=1, help="msccl-xml: copies on separate channels")
+    out.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"], help="msccl-xml: protocol")
+    out.add_argument("--instances", type=_int_at_least(1), default=1, metavar="N",
+                     help="msccl-xml: copies on separate channels")
     out.add_argument("--size-range", metavar="MIN:MAX", help="msccl-xml: byte range the file claims")
-    out.add_argument("--max-steps", type=int, default=64, help="msccl-xml: steps per threadblock limit")
-    out.add_argument("--channels", type=int, default=0, help="msccl-xml: channels to use (default: fewest that fit)")
+    out.add_argument("--max-steps", type=_int_at_least(1), default=64, metavar="N",
+                     help="msccl-xml: steps per threadblock limit")
+    out.add_argument("--channels", type=_int_at_least(0), default=0, metavar="N",
+                     help="msccl-xml: channels to use (default: fewest that fit)")
     out.add_argument("--no-baselines", action="store_true", help="skip timing the stdlib baselines")
-    out.add_argument("-q", "--quiet", action="store_true")
+    out.add_argument("-q", "--quiet", action="store_true", help="print no report table and no solver progress")
     c.set_defaults(func=cmd_compile)
 
     c = sub.add_parser("verify", help="verify MSCCL XML files symbolically")
-    c.add_argument("files", nargs="+", metavar="FILE.xml")
-    c.add_argument("--max-steps", type=int, default=None,
+    c.add_argument("files", nargs="+", metavar="FILE.xml", help="MSCCL XML files")
+    c.add_argument("--max-steps", type=_int_at_least(1), default=None, metavar="N",
                    help="steps per threadblock limit (default: the runtime's, 64 current, 256 legacy)")
     c.add_argument("--runtime", choices=["current", "legacy"], default="current",
                    help="judge against the current MSCCL executor (default: a file it would skip, e.g. one "
                         "without minBytes/maxBytes/outofplace, fails) or the older runtime (legacy)")
-    c.add_argument("--sms", type=int, default=None, metavar="N",
+    c.add_argument("--sms", type=_int_at_least(1), default=None, metavar="N",
                    help="SMs per GPU: fail a GPU with more threadblocks than can be resident at once (N - 2)")
     c.add_argument("--strict", action="store_true",
                    help="with --runtime legacy: treat what makes the current executor skip a file as errors")
-    c.add_argument("--fifo-capacity", type=int, default=None, metavar="N",
+    c.add_argument("--fifo-capacity", type=_int_at_least(1), default=None, metavar="N",
                    help="messages a connection buffers (default: unbounded; Simple buffers 2)")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="as JSON")
     c.set_defaults(func=cmd_verify)
 
     c = sub.add_parser("passes", help="list the registered passes and their options")
@@ -451,6 +625,12 @@ def build_parser() -> argparse.ArgumentParser:
 COMMAND_MODULES: tuple[str, ...] = ("collc.profile.cli", "collc.pipeline.cli", "collc.harvest.cli")
 
 
+def _backend_names() -> list[str]:
+    from collc.backends import backend_names
+
+    return backend_names()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -462,6 +642,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except CollcError as err:
         sys.stderr.write(format_error(err, _spec_sources()) + "\n")
+        return EXIT_ERROR
+    except RecursionError:
+        # The parser bounds nesting; this is the last guard for what slips past it.
+        sys.stderr.write("collc: error: the input is nested too deeply to process\n")
         return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("collc: interrupted\n")

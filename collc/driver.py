@@ -20,6 +20,7 @@ from collc.ir.collective import Collective
 from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
+from collc.limits import exceeded, int_limit
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
 from collc.report import Baseline, build_report
 from collc.verify import verify
@@ -128,10 +129,44 @@ def baselines_for(job: CompileJob, schedule: Schedule | None = None) -> list[Bas
     return out
 
 
+def check_job(job: CompileJob, back, options: BackendOptions) -> None:
+    """What can be refused before any schedule is produced (a solve may take minutes):
+    a collective the backend cannot express, or nothing for synthesis to do. Errors
+    point at the request."""
+    if back.check_collective is not None:
+        try:
+            back.check_collective(job.collective, options)
+        except CollcError as err:
+            raise type(err)(err.message, err.span or job.span,
+                            err.notes + (f"the {back.name} backend cannot take this request",)) from None
+    if not job.algorithm:
+        for p in parse_pipeline(schedule_pipeline(job), job.span):
+            chunks = getattr(p, "chunks", 0) if p.name == "synthesize" else 0
+            if chunks and chunks * job.collective.ranks > int_limit("chunks"):
+                raise CollcError(f"{chunks:,} chunks per rank on {job.collective.ranks} ranks make "
+                                 f"{chunks * job.collective.ranks:,} chunks" + exceeded("chunks"), job.span)
+        if job.topology.num_ranks < 2:
+            raise CollcError(f"topology '{job.topology.name}' has one GPU: there is nothing to communicate, "
+                             "so nothing to synthesize", job.span)
+        if _nothing_moves(job.collective):
+            raise CollcError(f"collective '{job.collective.name}' needs no data to move between GPUs (every "
+                             "rank's outputs come from its own inputs), so there is nothing to synthesize",
+                             job.span)
+
+
+def _nothing_moves(collective: Collective) -> bool:
+    for r, outputs in enumerate(collective.outputs):
+        own = set().union(*collective.inputs[r]) if collective.inputs[r] else set()
+        if any(v is not None and not v <= own for v in outputs):
+            return False
+    return True
+
+
 def compile_job(job: CompileJob, backend: str = "json", output: Path | None = None,
                 options: BackendOptions | None = None, with_baselines: bool = True) -> CompileResult:
     options = options or BackendOptions()
     back = get_backend(backend)  # unknown backend: fail before the (maybe long) solve
+    check_job(job, back, options)
     with few_collections():
         unit, solver = schedule_for_backend(job, back, options)
         assert unit.schedule is not None

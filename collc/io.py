@@ -1,29 +1,228 @@
-"""Writing outputs: never leave a partial file behind."""
+"""Writing outputs: never leave a partial file behind, never clobber what is not ours.
+
+- `atomic_write` writes to a temporary file beside the target and renames it into place;
+  it refuses a target that exists and is not a regular file (a device, a FIFO, a
+  symbolic link, a directory): renaming over one would replace it.
+- `all_or_nothing()` groups the writes of one command: inside it, `atomic_write` only
+  stages temporary files, and they are renamed into place together when the block ends
+  without an error; on an error every staged file (and every directory made for one) is
+  removed, so a failed command leaves the file system as it found it.
+- `check_output_path` tells, before any work is done, whether a path can be written.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import errno
 import os
+import stat
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
+
+from collc.diagnostics import CollcError
+
+_TEMP_PREFIX = ".collc-"
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Write `data` to a temporary file beside `path`, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+class OutputError(CollcError):
+    """An output path that cannot or must not be written."""
+
+
+def _describe(mode: int) -> str:
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def check_target(path: Path) -> None:
+    """Refuse to replace anything but a regular file (or nothing)."""
     try:
-        # mkstemp creates 0600; give the file the mode a plain open() would have.
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputError(f"will not write {path}: it is {_describe(st.st_mode)}, and writing would replace it "
+                          "with a regular file; name a new file or a regular one")
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def check_output_path(path: Path, directory: bool = False, what: str = "output") -> None:
+    """Whether `path` (a file, or a directory when `directory`) could be written, checked
+    without leaving anything behind: the nearest existing ancestor must be a writable
+    directory, names must fit the file system, an existing target must be of the right
+    kind. Raises OutputError saying what is wrong."""
+    path = Path(path)
+    if _lexists(path, what):
+        if directory:
+            if not path.is_dir():
+                raise OutputError(f"the {what} {path} must be a directory, but it is a file")
+            _probe(path, what)
+            return
+        check_target(path)
+        _probe(path.parent, what, path)
+        return
+    missing: list[str] = []
+    ancestor = path
+    while not _lexists(ancestor, what):
+        missing.append(ancestor.name)
+        if ancestor.parent == ancestor:
+            break
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"cannot write the {what} {path}: {ancestor} is a file, not a directory")
+    limit = _name_max(ancestor)
+    for name in missing:
+        if len(os.fsencode(name)) > limit:
+            raise OutputError(f"cannot write the {what} {str(path)[:60]}...: the name '{name[:40]}...' is longer "
+                              f"than the file system allows ({limit} bytes)")
+    _probe(ancestor, what, path)
+
+
+def _lexists(path: Path, what: str) -> bool:
+    try:
+        os.lstat(path)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise OutputError(f"cannot write the {what} {str(path)[:60]}...: the name is longer than the file "
+                              "system allows") from None
+        raise OutputError(f"cannot write the {what} {path}: {exc.strerror or exc}") from None
+
+
+def _probe(directory: Path, what: str, target: Path | None = None) -> None:
+    """Create and remove a file in `directory`: the only sure test that writing works
+    (read-only file systems, /proc, permissions, quotas)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".probe", dir=directory)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.EROFS:
+            reason = "the file system is read-only"
+        raise OutputError(f"cannot write the {what} {target or directory}: {reason} ({directory})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+# --- staged writes ---------------------------------------------------------------------------
+
+@dataclass
+class _Transaction:
+    staged: list[tuple[Path, Path]] = field(default_factory=list)  # (temporary, final)
+    made_dirs: list[Path] = field(default_factory=list)
+
+    def finals(self) -> set[str]:
+        return {os.path.abspath(final) for _, final in self.staged}
+
+
+_ACTIVE: contextvars.ContextVar[_Transaction | None] = contextvars.ContextVar("collc_io_transaction", default=None)
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Stage every `atomic_write` in the block; rename them all into place at its end,
+    or remove them all if it raises."""
+    if _ACTIVE.get() is not None:  # nested: the outer block decides
+        yield
+        return
+    tx = _Transaction()
+    token = _ACTIVE.set(tx)
+    try:
+        yield
+        for _, final in tx.staged:
+            check_target(final)
+        while tx.staged:
+            tmp, final = tx.staged[0]
+            os.replace(tmp, final)
+            tx.staged.pop(0)
+    except BaseException:
+        _rollback(tx)
+        raise
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _rollback(tx: _Transaction) -> None:
+    for tmp, _ in tx.staged:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    for directory in reversed(tx.made_dirs):
+        with contextlib.suppress(OSError):
+            directory.rmdir()  # only if still empty
+
+
+def _make_parents(directory: Path, tx: _Transaction | None) -> None:
+    missing = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        if d.parent == d:
+            break
+        d = d.parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the directory {directory}: {exc.strerror or exc}") from None
+    if tx is not None:
+        tx.made_dirs.extend(reversed(missing))
+
+
+def _write_temp(path: Path, data: str | bytes, mode: int | None) -> Path:
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        # mkstemp creates 0600; give the file the mode a plain open() would have (or
+        # the one asked for).
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        os.fchmod(fd, 0o666 & ~umask if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
+    return Path(tmp)
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes, mode: int | None = None) -> Path:
+    """Write `data` to a temporary file beside `path`, then rename it into place (at the
+    end of the enclosing `all_or_nothing()` block, if there is one). `mode`: the file's
+    permission bits (default: what `open()` would give under the umask)."""
+    path = Path(path)
+    check_target(path)
+    tx = _ACTIVE.get()
+    if tx is not None and os.path.abspath(path) in tx.finals():
+        raise OutputError(f"two outputs of this command would both be written to {path}")
+    _make_parents(path.parent, tx)
+    tmp = _write_temp(path, data, mode)
+    if tx is not None:
+        tx.staged.append((tmp, path))
+        return path
+    try:
+        check_target(path)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     return path

@@ -22,7 +22,7 @@ def _collc(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_example_checks_and_compiles_every_request(tmp_path):
     (tmp_path / "my_cluster.coll").write_text(_example())
     assert _collc("check", "my_cluster.coll", cwd=tmp_path).returncode == 0
-    r = _collc("compile", "my_cluster.coll", "-o", "out", "-q", cwd=tmp_path)
+    r = _collc("compile", "my_cluster.coll", "-o", "out/", "-q", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert len(list((tmp_path / "out").glob("*.json"))) == 3
 

@@ -165,6 +165,4 @@ def emit(unit: Any, output: Path, options: BackendOptions) -> list[Path]:
     """Write the executor to `output` (atomically) and make it executable."""
     if Path(output).is_dir():
         raise CollcError(f"{output} is a directory: give the executor's file name (e.g. {Path(output) / 'run.py'})")
-    path = atomic_write(output, render_executor(unit, options))
-    path.chmod(0o755)
-    return [path]
+    return [atomic_write(output, render_executor(unit, options), mode=0o755)]

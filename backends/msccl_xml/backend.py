@@ -15,7 +15,7 @@ from collc.backends.msccl_xml.limits import LimitError
 from collc.backends import Backend, BackendOptions
 from collc.backends.msccl_xml.lowering import lower, lowering_pipeline
 from collc.backends.msccl_xml.model import XmlAlgo
-from collc.backends.msccl_xml.program import executor_bytes
+from collc.backends.msccl_xml.program import coll_token, executor_bytes
 from collc.backends.msccl_xml.writer import (
     band_file_name, check_library_directory, library_prefix, size_bands, write_algo,
 )
@@ -92,4 +92,5 @@ BACKEND = Backend(
     # peer keep links busy. The driver halves this when a schedule still does not fit.
     op_budget=lambda ranks: 1024 * ranks,
     limit_error=LimitError,
+    check_collective=lambda collective, options: coll_token(collective) and None,
 )

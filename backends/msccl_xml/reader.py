@@ -38,7 +38,8 @@ from collc.backends.msccl_xml.model import (
     XmlStep,
     XmlThreadblock,
 )
-from collc.diagnostics import CollcError, Span
+from collc.diagnostics import CollcError, Span, read_input_bytes
+from collc.limits import exceeded, int_limit
 
 # Attributes the executor reads on each element; anything else on <algo> is kept in
 # extra_attrs, anything else on the inner elements draws a warning.
@@ -49,6 +50,8 @@ TB_ATTRS = frozenset({"id", "send", "recv", "chan"})
 STEP_ATTRS = frozenset({"s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep"})
 
 _INT = re.compile(r"[+-]?[0-9]+")
+# Digits of the largest integer an attribute may hold (the executor's are 64-bit).
+MAX_DIGITS = 19
 # The executor's XML parser keeps the first 16 attributes of an element and drops the
 # rest (MSCCL_MAX_ATTR_COUNT in msccl_parser.h).
 MAX_ATTRS = 16
@@ -89,7 +92,7 @@ def read_xml_document(path: Path) -> XmlDocument:
     """Like `read_xml`, also returning the reader's warnings and the `<algo>` line."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_input_bytes(path)  # a regular file only: a FIFO would block forever
     except OSError as exc:
         raise CollcError(f"cannot read {path}: {exc.strerror or exc}") from None
     return read_xml_bytes(data, str(path))
@@ -153,16 +156,25 @@ class _Reader:
             raise CollcError(f"<{element.tag}> lacks the attribute '{name}'", self.span(element))
         return element.attrs[name]
 
-    def integer(self, element: _Element, name: str, *, minimum: int | None = None) -> int:
+    def integer(self, element: _Element, name: str, *, minimum: int | None = None,
+                limit_name: str | None = None) -> int:
         raw = self.text(element, name)
+        shown = raw if len(raw) <= 24 else raw[:20] + "..."  # an attribute may be megabytes long
         if not _INT.fullmatch(raw.strip()):
-            raise CollcError(f"<{element.tag}> attribute {name}=\"{raw}\" is not an integer", self.span(element))
+            raise CollcError(f"<{element.tag}> attribute {name}=\"{shown}\" is not an integer", self.span(element))
+        digits = raw.strip().lstrip("+-")
+        if len(digits) > MAX_DIGITS:  # past the executor's 64-bit integers (and slow to convert)
+            raise CollcError(f"<{element.tag}> attribute {name}=\"{shown}\" has {len(digits):,} digits; the "
+                             "executor reads 64-bit integers", self.span(element))
         if re.fullmatch(r"[+-]?0[0-9]+", raw.strip()):
             raise CollcError(f"<{element.tag}> attribute {name}=\"{raw}\" has a leading zero, which the executor "
                              "reads as an octal number; write it without", self.span(element))
         value = int(raw.strip())
         if minimum is not None and value < minimum:
             raise CollcError(f"<{element.tag}> attribute {name}={value} must be at least {minimum}",
+                             self.span(element))
+        if limit_name is not None and value > int_limit(limit_name):
+            raise CollcError(f"<{element.tag}> attribute {name}={value:,} is too large" + exceeded(limit_name),
                              self.span(element))
         return value
 
@@ -237,8 +249,8 @@ class _Reader:
             name=element.attrs.get("name", ""),
             proto=proto,
             nchannels=self.integer(element, "nchannels", minimum=1),
-            nchunksperloop=self.integer(element, "nchunksperloop", minimum=1),
-            ngpus=self.integer(element, "ngpus", minimum=1),
+            nchunksperloop=self.integer(element, "nchunksperloop", minimum=1, limit_name="chunks"),
+            ngpus=self.integer(element, "ngpus", minimum=1, limit_name="ranks"),
             coll=self.text(element, "coll"),
             inplace=self.flag(element, "inplace"),
             outofplace=self.optional_flag(element, "outofplace"),
@@ -254,9 +266,9 @@ class _Reader:
         self.warn_dropped_attrs(element, GPU_ATTRS)
         gpu = XmlGpu(
             id=self.integer(element, "id", minimum=0),
-            i_chunks=self.integer(element, "i_chunks", minimum=0),
-            o_chunks=self.integer(element, "o_chunks", minimum=0),
-            s_chunks=self.integer(element, "s_chunks", minimum=0),
+            i_chunks=self.integer(element, "i_chunks", minimum=0, limit_name="chunks"),
+            o_chunks=self.integer(element, "o_chunks", minimum=0, limit_name="chunks"),
+            s_chunks=self.integer(element, "s_chunks", minimum=0, limit_name="chunks"),
             line=element.line,
         )
         gpu.tbs = [self.threadblock(t) for t in self.children(element, "tb")]

@@ -56,7 +56,7 @@ from collc.backends.msccl_xml.simulate import (
     compile_threadblock,
     simulate,
 )
-from collc.diagnostics import CollcError, ScheduleError, Span, format_error
+from collc.diagnostics import CollcError, ScheduleError, Span, format_error, read_input_bytes
 from collc.ir.collective import ChunkId, Collective, CollectiveKind, Value, standard, value_str
 from collc.ir.heap import few_collections
 
@@ -142,7 +142,7 @@ class VerifyReport:
         source line and caret) and each warning."""
         lines = [f"{self.source}: {self.summary()}"]
         try:  # read once, not once per message
-            sources = {self.source: Path(self.source).read_text(encoding="utf-8", errors="replace")}
+            sources = {self.source: read_input_bytes(self.source).decode("utf-8", errors="replace")}
         except OSError:
             sources = {}
         lines.extend(format_error(e, sources) for e in self.errors)

@@ -15,6 +15,7 @@ Public entry points (everything a user can get wrong raises `CollcError` with a 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,9 +188,17 @@ def algorithms_for(collective_name: str) -> list[str]:
     return sorted(names)
 
 
+# `64K`, `1M`, `2G`, `1T`: powers of 1024, as nccl-tests and the generated executors read them.
+_BINARY_SUFFIX = re.compile(r"(\s*[0-9]+(?:\.[0-9]+)?)(\s*)([KMGT])\s*")
+
+
 def parse_size(text: str, span: Span | None = None) -> int:
-    """`"1MiB"`, `"256MB"`, `"64 KiB"`, `"1024"` -> bytes (0 is allowed: "no limit" in ranges)."""
+    """`"1MiB"`, `"256MB"`, `"64 KiB"`, `"1024"`, `"1M"` (= 1 MiB, as nccl-tests reads it)
+    -> bytes (0 is allowed: "no limit" in ranges)."""
     pseudo = "<size>" if span is None else span.file
+    binary = _BINARY_SUFFIX.fullmatch(text)
+    if binary:  # `1M` as the generated executors and nccl-tests read it: 1 MiB
+        text = f"{binary.group(1)}{binary.group(2)}{binary.group(3)}iB"
     try:
         expr = parse_value(text, pseudo)
         try:
@@ -207,10 +216,28 @@ def parse_size(text: str, span: Span | None = None) -> int:
 
 # --- files ------------------------------------------------------------------------------
 
-def load_requests(path: str | os.PathLike) -> list[CompileRequest]:
-    """The file's `compile` statements, evaluated (algorithms instantiated and verified)."""
+def load_requests(path: str | os.PathLike, select: str | None = None) -> list[CompileRequest]:
+    """The file's `compile` statements, evaluated (algorithms instantiated and verified).
+    `select` keeps only some, before they are evaluated: a line number (the line of a
+    `compile` statement) or a name (of the collective, topology or algorithm a request
+    names); a selection that matches none is an error that lists the requests."""
     module = _load_module(path)
-    return [evaluate_request(module, req) for req in module.syntax.requests]
+    chosen = list(module.syntax.requests)
+    if select is not None:
+        chosen = [req for req in chosen if _selected(req, select.strip())]
+        if not chosen:
+            listing = "; ".join(f"line {r.span.line}: compile {r.collective.name} on {r.topology.name}"
+                                + (f" using {r.using.name}" if r.using else "") for r in module.syntax.requests)
+            raise CollcError(f"no compile request of {path} matches '{select}' (a line number or a name); "
+                             f"its requests: {listing or 'none'}", Span(str(path), 1, 1))
+    return [evaluate_request(module, req) for req in chosen]
+
+
+def _selected(req: ast.Compile, select: str) -> bool:
+    if select.isdigit():
+        return req.span.line <= int(select) <= (req.span.end_line or req.span.line)
+    names = {req.collective.name, req.topology.name} | ({req.using.name} if req.using else set())
+    return select in names
 
 
 # Rank counts at which `check_file` tries each algorithm a file defines.
@@ -328,23 +355,51 @@ def show_file(path: str | os.PathLike) -> dict:
             topologies.setdefault(topo.name, topo)
     for req in requests:
         topologies.setdefault(req.topology.name, req.topology)
-    collectives = [req.collective for req in requests]
-    used = {c.name for c in collectives}
+    collectives: dict[tuple, Collective] = {}
+    for req in requests:  # two requests of one collective show it once
+        collectives.setdefault((req.collective.name, req.collective.ranks, req.collective.chunks), req.collective)
+    used = {c.name for c in collectives.values()}
     for name, entry in module.collectives.items():
         if name in used:
             continue
         try:
-            collectives.append(_collective.instantiate(entry, SHOW_RANKS, [], None))
-        except RequirementError:
+            coll = _collective.instantiate(entry, SHOW_RANKS, [], None)
+        except (RequirementError, RankRangeError):
             continue
+        collectives.setdefault((coll.name, coll.ranks, coll.chunks), coll)
     return {
         "file": str(path),
         "topologies": [t.to_json() for t in topologies.values()],
-        "collectives": [c.to_json() for c in collectives],
+        "collectives": [c.to_json() for c in collectives.values()],
         "algorithms": [{"name": name, "for": coll} for name, variants in module.algorithms.items()
                        for coll in variants],
+        "schedules": _algorithm_schedules(module, requests),
         "requests": [r.describe() for r in requests],
     }
+
+
+def _algorithm_schedules(module: Module, requests: list[CompileRequest]) -> list[dict]:
+    """The ops of the file's hand-written algorithms: as its requests use them, and the
+    others on a crossbar of SHOW_RANKS GPUs."""
+    out = []
+    shown: set[tuple[str, str]] = set()
+    for req in requests:
+        if req.schedule is not None:
+            out.append({"for": req.describe(), "schedule": req.schedule.to_json()})
+            shown.add((str(req.algorithm).split("(")[0], req.collective.name))
+    for name, variants in module.algorithms.items():
+        for coll_name, entry in variants.items():
+            if (name, coll_name) in shown:
+                continue
+            try:
+                coll_entry = entry.module.lookup_collective(coll_name, entry.defn.collective_span)
+                coll = _collective.instantiate(coll_entry, SHOW_RANKS, [], None)
+                topo = crossbar(SHOW_RANKS)
+                sched = _algorithm.instantiate(entry, topo, coll, [], None)
+            except (RequirementError, RankRangeError):
+                continue
+            out.append({"for": f"{coll_name} on {topo.name} (an example)", "schedule": sched.to_json()})
+    return out
 
 
 def stdlib_catalog() -> dict:

@@ -18,6 +18,7 @@ from collc.frontend.evaluate import Evaluator, Scope, as_int, RankRangeError
 from collc.frontend.runner import BodyRunner, bind_args, called_from, params_scope
 from collc.frontend.values import Chunks, format_value, type_word
 from collc.ir.collective import ChunkId, Collective, CollectiveKind, Value, standard, value_str
+from collc.limits import exceeded, int_limit
 
 if TYPE_CHECKING:
     from collc.frontend.modules import Entry
@@ -57,6 +58,8 @@ def instantiate(entry: "Entry", ranks: int, args: Args, call_span: Span | None,
     defn = entry.defn
     if ranks < 1:
         raise CollcError(f"a collective needs at least one rank, got {ranks}", call_span)
+    if ranks > int_limit("ranks"):
+        raise CollcError(f"a collective on {ranks:,} ranks is too large" + exceeded("ranks"), call_span)
     state = _State(ranks)
     ev = Evaluator(functions={"chunk": _chunk_builtin(ranks)})
     base = entry.module.constants.child()

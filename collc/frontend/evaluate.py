@@ -19,9 +19,7 @@ from collc.frontend.values import (
     DIM_EXAMPLES, NUMBER, UNITS, Chunks, Dim, Quantity, dim_of, dim_word, format_value, quantity, type_word,
 )
 from collc.ir.collective import value_str
-
-# A loop longer than this is almost certainly a mistake (and would take minutes).
-MAX_LOOP = 10_000_000
+from collc.limits import exceeded, int_limit
 
 
 class RequirementError(CollcError):
@@ -102,7 +100,34 @@ def as_int(value: Any, span: Span, what: str) -> int:
         if not value.is_integer():
             raise CollcError(f"{what} must be a whole number, got {format_value(value)}"
                              " (use // for integer division)", span)
-        return int(value)
+        value = int(value)
+    return check_int(value, span)
+
+
+def check_int(value: int, span: Span) -> int:
+    """An integer within the digits limit (larger ones make every later step slow)."""
+    if -INT_BOUND < value < INT_BOUND or abs(value) < 10 ** int_limit("int_digits"):
+        return value
+    raise CollcError(f"this integer has {_digits(value)} digits" + exceeded("int_digits"), span)
+
+
+def _digits(value: int) -> str:
+    # str() of a huge integer is itself slow (and refused past 4,300 digits): estimate.
+    bits = abs(value).bit_length()
+    return f"{int(bits * math.log10(2)) + 1:,}" if bits > 10_000 else f"{len(str(abs(value))):,}"
+
+
+# Integers this small never need the (slower) limit lookup.
+INT_BOUND = 10 ** 15
+
+
+def check_finite(value: Any, span: Span) -> Any:
+    """A number or quantity whose magnitude is finite: inf and NaN are never meant."""
+    magnitude = value.value if isinstance(value, Quantity) else value
+    if isinstance(magnitude, float) and not math.isfinite(magnitude):
+        raise CollcError("this value is not a finite number (it overflows, or subtracts infinities)", span)
+    if isinstance(magnitude, int) and not isinstance(magnitude, bool):
+        check_int(magnitude, span)
     return value
 
 
@@ -125,8 +150,6 @@ def as_dim(value: Any, dim: Dim, span: Span, what: str) -> float:
 
 def as_iterable(value: Any, span: Span, what: str = "a loop") -> range | tuple:
     if isinstance(value, (range, tuple)):
-        if len(value) > MAX_LOOP:
-            raise CollcError(f"{what} over {len(value)} values is too long (at most {MAX_LOOP})", span)
         return value
     raise CollcError(f"{what} needs a range `a..b` or a set `{{...}}`, got {type_word(value)}", span)
 
@@ -141,9 +164,20 @@ class Evaluator:
     """Evaluates expressions; `functions` are the callable builtins in this context."""
 
     functions: dict[str, Builtin] = field(default_factory=dict)
+    # Loop iterations begun with this evaluator, against the `loop_iterations` limit.
+    iterations: int = 0
 
     def __post_init__(self) -> None:
         self.functions = {**STANDARD_FUNCTIONS, **self.functions}
+        self._budget = int_limit("loop_iterations")
+
+    def spend(self, count: int, span: Span, what: str = "this loop") -> None:
+        """Count `count` loop iterations about to run; refuse them past the limit (a loop
+        is charged in full when it starts, so a runaway loop fails at once)."""
+        self.iterations += count
+        if self.iterations > self._budget:
+            raise CollcError(f"{what} would bring the loop iterations to {self.iterations:,}"
+                             + exceeded("loop_iterations"), span)
 
     def eval(self, expr: ast.Expr, scope: Scope) -> Any:
         method = getattr(self, "_eval_" + type(expr).__name__)
@@ -157,7 +191,7 @@ class Evaluator:
         if e.unit is None:
             return e.value
         factor, dim = UNITS[e.unit]
-        return quantity(e.value * factor, dim)
+        return check_finite(quantity(e.value * factor, dim), e.span)
 
     def _eval_String(self, e: ast.String, scope: Scope) -> Any:
         return e.value
@@ -210,7 +244,7 @@ class Evaluator:
             return as_bool(self.eval(e.right, scope), e.right.span, f"the right side of `{op.value}`")
         left = self.eval(e.left, scope)
         right = self.eval(e.right, scope)
-        return binary(op, left, right, e)
+        return check_finite(binary(op, left, right, e), e.span)
 
     def _eval_Call(self, e: ast.Call, scope: Scope) -> Any:
         fn = self.functions.get(e.func)
@@ -232,6 +266,7 @@ class Evaluator:
         if e.func != "sum":
             raise CollcError(f"`{e.func}(v in ...: ...)` is not a known reduction; only `sum` is", e.span)
         items = as_iterable(self.eval(e.iterable, scope), e.iterable.span, "a sum")
+        self.spend(len(items), e.iterable.span, "this sum")
         total: Any = None
         for item in items:
             inner = scope.child()
@@ -365,9 +400,15 @@ def _pow(args: list, spans: list[Span], span: Span) -> Any:
     if dim_of(base) != NUMBER:
         raise CollcError(f"pow() needs a plain number as base, got {type_word(base)}", spans[0])
     e = as_int(exp, spans[1], "the exponent of pow()")
+    if base == 0 and e < 0:
+        raise CollcError("pow(0, e) with a negative exponent divides by zero", spans[1])
+    if abs(base) > 1 and e > 0 and e * math.log10(abs(base)) > int_limit("int_digits") + 1:
+        # Refused before computing: pow(10, 100000000) alone takes minutes.
+        raise CollcError(f"pow() would give a number of about {int(e * math.log10(abs(base))) + 1:,} digits"
+                         + exceeded("int_digits"), span)
     if isinstance(base, int) and e >= 0:
-        return base ** e
-    return float(base) ** e
+        return check_int(base ** e, span)
+    return check_finite(float(base) ** e, span)
 
 
 def _rounding(name: str, fn: Callable[[float], int]) -> Builtin:

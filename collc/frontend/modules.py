@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from collc.diagnostics import CollcError, Span
+from collc.diagnostics import CollcError, Span, decode_source, read_input_bytes
 from collc.frontend import ast
 from collc.frontend.evaluate import Evaluator, Scope, suggest
 from collc.frontend.parser import parse
@@ -239,10 +239,11 @@ def load_module(path: str | os.PathLike, span: Span | None = None) -> Module:
             chain = [Path(l.path).name for l in _STACK[i:]] + [Path(resolved).name]
             raise CollImportError("import cycle: " + " imports ".join(chain), span)
     try:
-        text = Path(resolved).read_text(encoding="utf-8")
+        data = read_input_bytes(resolved)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise CollImportError(f"cannot read '{path}': {reason}", span) from None
+    text = decode_source(data, os.fspath(path))
     _STACK.append(_Loading(resolved, span))
     try:
         module = _build(Path(resolved), text, os.fspath(path))

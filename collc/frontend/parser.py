@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.resources
+import math
 import re
 from typing import Iterator
 
@@ -20,6 +21,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
+from collc.limits import exceeded, limit
 
 START_RULES = ("module", "spec", "value")
 
@@ -43,6 +45,7 @@ def lark_parser() -> lark.Lark:
 
 def parse_tree(text: str, filename: str, start: str = "module") -> Tree:
     """The raw Lark parse tree (used to measure grammar coverage)."""
+    check_nesting(text, filename)
     with _syntax_errors(text, filename):
         return lark_parser().parse(text, start=start)
 
@@ -67,6 +70,29 @@ def parse_value(text: str, filename: str) -> ast.Expr:
     tree = parse_tree(text, filename, start="value")
     with _syntax_errors(text, filename):
         return _ToAst(filename, text).transform(tree)
+
+
+# Tokens that matter for nesting depth; comments and strings are skipped whole.
+_NESTING_TOKENS = re.compile(r'//[^\n]*|/\*(?:.|\n)*?\*/|"(?:[^"\\\n]|\\.)*"|[{(\[]|[})\]]')
+
+
+def check_nesting(text: str, filename: str) -> None:
+    """Refuse brackets and braces nested deeper than the limit, where the limit is
+    passed. Every later stage walks the tree recursively, so this keeps them within
+    Python's stack."""
+    most = limit("nesting")
+    depth = 0
+    for m in _NESTING_TOKENS.finditer(text):
+        tok = m.group()
+        if tok in "{([":
+            depth += 1
+            if depth > most:
+                line = text.count("\n", 0, m.start()) + 1
+                column = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+                raise CollSyntaxError("brackets are nested too deeply" + exceeded("nesting"),
+                                      Span(filename, line, column, line, column + 1))
+        elif tok in "})]":
+            depth = max(0, depth - 1)
 
 
 # --- from Lark's tree to the AST ---------------------------------------------------------
@@ -320,7 +346,16 @@ class _ToAst(Transformer):
     def quantity(self, meta, children):
         digits, unit = children
         text = str(digits)
-        value: int | float = int(text) if _UNIT_FREE_NUMBER.match(text) else float(text)
+        value: int | float
+        if _UNIT_FREE_NUMBER.match(text):
+            if len(text.lstrip("0")) > limit("int_digits"):
+                raise CollSyntaxError(f"this number has {len(text.lstrip('0'))} digits" + exceeded("int_digits"),
+                                      self._tok_span(digits))
+            value = int(text)
+        else:
+            value = float(text)
+            if not math.isfinite(value):
+                raise CollSyntaxError(f"the number {text} is too large to represent", self._tok_span(digits))
         return ast.Number(value, None if unit is None else str(unit), text, span=self._span(meta))
 
     def string(self, meta, children):
@@ -471,6 +506,9 @@ def _syntax_errors(text: str, filename: str) -> Iterator[None]:
     except VisitError as exc:
         if isinstance(exc.orig_exc, CollcError):
             raise exc.orig_exc from None
+        if isinstance(exc.orig_exc, RecursionError):
+            raise CollSyntaxError("the program is nested too deeply to read (an expression with too many "
+                                  "operators in a row?)", Span(filename, 1, 1)) from None
         raise
     except UnexpectedInput as exc:
         raise _convert(exc, text, filename) from None

@@ -18,6 +18,7 @@ from collc.frontend.values import SIZE, Quantity, dim_of, format_size, format_va
 from collc.ir.collective import ChunkId, Collective, value_str
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
+from collc.limits import exceeded, int_limit
 from collc.verify import unreachable_pairs
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ def size_bytes(value: Any, span: Span, minimum: int = 1) -> int:
     raw = value.value if isinstance(value, Quantity) else value
     if isinstance(raw, float) and not raw.is_integer():
         raise CollcError(f"a size must be a whole number of bytes, got {raw:g} B", span)
+    if raw > int_limit("size_bytes"):
+        raise CollcError(f"a size of {raw:,} bytes is more than any GPU holds" + exceeded("size_bytes"), span)
     n = as_int(raw, span, "a size in bytes")
     if n < minimum:
         raise CollcError(f"a size must be at least {minimum} byte{'s' if minimum != 1 else ''}, got {n}", span)

@@ -29,6 +29,7 @@ class BodyRunner:
             scope.define(stmt.name, self.ev.eval(stmt.value, scope), stmt.span)
         elif isinstance(stmt, ast.For):
             items = as_iterable(self.ev.eval(stmt.iterable, scope), stmt.iterable.span)
+            self.ev.spend(len(items), stmt.iterable.span)
             for item in items:
                 inner = scope.child()
                 inner.define(stmt.var, item, stmt.span)

@@ -19,6 +19,7 @@ from collc.frontend.printer import format_expr
 from collc.frontend.runner import BodyRunner, bind_args, called_from, evaluate_args, instance_name, params_scope
 from collc.frontend.values import BANDWIDTH, TIME, Quantity, format_quantity
 from collc.ir.topology import Link, Node, NodeKind, Topology
+from collc.limits import exceeded, int_limit, limit
 
 if TYPE_CHECKING:
     from collc.frontend.modules import Entry
@@ -158,7 +159,12 @@ def elaborate(entry: "Entry", args: Sequence[tuple[str | None, Any, Span]], call
 
 def instantiate(entry: "Entry", args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None) -> Topology:
     """A topology used as the target of a collective: it must have GPUs."""
-    topo = elaborate(entry, args, call_span).to_ir()
+    elab = elaborate(entry, args, call_span)
+    gpus = sum(1 for _, kind in elab.nodes if kind is NodeKind.GPU)
+    if gpus > int_limit("ranks"):
+        raise CollcError(f"topology '{elab.name}' has {gpus:,} GPUs" + exceeded("ranks"),
+                         call_span or entry.defn.name_span)
+    topo = elab.to_ir()
     if topo.num_ranks == 0:
         raise CollcError(f"topology '{topo.name}' has no GPUs", call_span or entry.defn.name_span)
     return topo
@@ -169,6 +175,8 @@ class _TopologyRunner(BodyRunner):
         super().__init__(ev)
         self.entry = entry
         self.elab = elab
+        self.link_statements = 0  # links declared (merged ones too), against the `links` limit
+        self.gpus = 0  # against the `ranks` limit, checked as GPUs are declared
         self.declared = {g: s for g, s in _all_declarations(entry.defn.body)}
 
     def statement(self, stmt: ast.Stmt, scope: Scope) -> None:
@@ -200,6 +208,9 @@ class _TopologyRunner(BodyRunner):
 
     def _node_decl(self, stmt: ast.NodeDecl, scope: Scope) -> None:
         count = self._count(stmt.count, scope, f"{stmt.kind.value}s in '{stmt.name}'")
+        self._check_nodes(count or 1, stmt.span)
+        if stmt.kind.value == NodeKind.GPU.value:
+            self._check_gpus(count or 1, stmt.span)
         names = [stmt.name] if count is None else [f"{stmt.name}[{i}]" for i in range(count)]
         self._declare(Group(stmt.name, stmt.kind.value, count, stmt.span, names))
         kind = NodeKind(stmt.kind.value)
@@ -223,6 +234,12 @@ class _TopologyRunner(BodyRunner):
         spec = stmt.topology
         target = self.entry.module.lookup_topology(spec.name, spec.name_span)
         sub = elaborate(target, evaluate_args(spec.args, scope, self.ev), spec.span)
+        # Checked before copying: parts of parts multiply (32 parts of 32 parts of ...).
+        self._check_nodes((count or 1) * len(sub.nodes), stmt.span)
+        self._check_gpus((count or 1) * sum(1 for _, kind in sub.nodes if kind is NodeKind.GPU), stmt.span)
+        if len(self.elab.links) + (count or 1) * len(sub.links) > int_limit("links"):
+            raise CollcError(f"these parts bring the topology to {len(self.elab.links) + (count or 1) * len(sub.links):,} "
+                             "links" + exceeded("links"), stmt.span)
         prefixes = [f"{stmt.name}."] if count is None else [f"{stmt.name}[{k}]." for k in range(count)]
         members = []
         for prefix in prefixes:
@@ -234,8 +251,22 @@ class _TopologyRunner(BodyRunner):
             members.append(PartInstance(prefix, inst.groups))
         self._declare(Group(stmt.name, "part", count, stmt.span, members))
 
+    def _check_gpus(self, more: int, span: Span) -> None:
+        self.gpus += more
+        if self.gpus > int_limit("ranks"):
+            raise CollcError(f"this declaration brings the topology to {self.gpus:,} GPUs" + exceeded("ranks"), span)
+
+    def _check_nodes(self, more: int, span: Span) -> None:
+        total = len(self.elab.nodes) + more
+        if total > int_limit("nodes"):
+            raise CollcError(f"this declaration brings the topology to {total:,} nodes" + exceeded("nodes"), span)
+
     # --- links ---
     def _link(self, stmt: ast.LinkStmt, scope: Scope) -> None:
+        self.link_statements += 1
+        if self.link_statements > int_limit("links"):
+            raise CollcError(f"this topology declares more than {int_limit('links'):,} links" + exceeded("links"),
+                             stmt.span)
         src = self._endpoint(stmt.src, scope)
         dst = self._endpoint(stmt.dst, scope)
         if src == dst:
@@ -243,15 +274,21 @@ class _TopologyRunner(BodyRunner):
         if stmt.bandwidth is None:
             raise CollcError("a link needs a bandwidth, e.g. `bw 25 GB/s`", stmt.span)
         bw = as_dim(self.ev.eval(stmt.bandwidth, scope), BANDWIDTH, stmt.bandwidth.span, "a link's bandwidth")
-        if bw <= 0:
+        if not bw > 0:  # also NaN
             raise CollcError(f"a link's bandwidth must be positive, got {format_quantity(Quantity(bw, BANDWIDTH))}",
                              stmt.bandwidth.span)
+        if not bw <= limit("bandwidth"):
+            raise CollcError(f"a link's bandwidth of {format_quantity(Quantity(bw, BANDWIDTH))} is beyond any "
+                             "real link" + exceeded("bandwidth"), stmt.bandwidth.span)
         lat = DEFAULT_LATENCY
         if stmt.latency is not None:
             lat = as_dim(self.ev.eval(stmt.latency, scope), TIME, stmt.latency.span, "a link's latency")
-            if lat < 0:
+            if not lat >= 0:  # also NaN
                 raise CollcError(f"a link's latency cannot be negative, got {format_quantity(Quantity(lat, TIME))}",
                                  stmt.latency.span)
+            if not lat <= limit("latency"):
+                raise CollcError(f"a link's latency of {format_quantity(Quantity(lat, TIME))} is beyond any real "
+                                 "link" + exceeded("latency"), stmt.latency.span)
         mult = 1
         if stmt.multiplicity is not None:
             mult = as_int(self.ev.eval(stmt.multiplicity, scope), stmt.multiplicity.span, "a link's multiplicity")

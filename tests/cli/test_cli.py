@@ -113,7 +113,7 @@ def test_verify_a_real_msccl_file(tmp_path):
 
 def test_schedule_library_one_xml_per_size_band(tmp_path):
     r = collc("compile", "--topology", "ring(4)", "--collective", "allgather", "--size", "4KiB,1MiB,64MiB",
-              "--algorithm", "ring", "--backend", "msccl-xml", "-o", "algos", "-q", "--report", "r.json",
+              "--algorithm", "ring", "--backend", "msccl-xml", "-o", "algos/", "-q", "--report", "r.json",
               cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     import xml.etree.ElementTree as ET
