@@ -13,7 +13,7 @@ import pytest
 from collc.cli import main as collc_main
 from collc.harvest import HarvestClient
 
-from conftest import spec, spin, train, wait_paused
+from harvest_support import spec, spin, train, wait_paused
 
 # A task must stop within this of a bubble's end. The manager freezes one still in
 # step() 5 ms after the end; the rest is slack for a shared, noisy machine.
