@@ -115,46 +115,29 @@ def interleaved(ranks: int, microbatches: int, chunks: int, span: Span | None = 
 
 
 def zb_h1(ranks: int, microbatches: int) -> ScheduleOrder:
-    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"): backward split into I and
-    W; rank r keeps at most p - r micro-batches in flight (forward done, W not), the
-    same bound as 1F1B, and runs a W only when no I or F can run, so the weight
-    gradients fill the bubbles. The order is found by list scheduling with unit costs
-    (F = I = W = 1, free communication), as the paper's handcrafted schedule assumes;
-    the timeline then runs it with the real costs."""
+    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"): 1F1B with the backward split
+    into I (input gradient) and W (weight gradient), where rank r runs its first r
+    steady-state iterations as F, I only and so lags r weight gradients behind, which
+    fill the cool-down; the lagging Ws run at the end. Each rank keeps at most p
+    micro-batches in flight (forward done, W not): 1F1B's peak, that of its first rank.
+    This is the order of torch.distributed.pipelining's zero-bubble 1F1B with one stage
+    per rank (`num_1f1b_microbatches = rank`)."""
     p, m = ranks, microbatches
-    inf = float("inf")
-    f_done = [[inf] * m for _ in range(p)]
-    i_done = [[inf] * m for _ in range(p)]
-    next_f, next_i = [0] * p, [0] * p
-    pending_w: list[list[int]] = [[] for _ in range(p)]
-    in_flight = [0] * p
-    seqs: list[list[Action]] = [[] for _ in range(p)]
-    remaining = 3 * p * m
-    t = 0
-    while remaining:
-        if t > 4 * p * m + 4 * p:  # pragma: no cover - every rank always progresses
-            raise AssertionError("ZB-H1 list scheduling made no progress")
-        for r in range(p):
-            i = next_i[r]
-            if i < m and f_done[r][i] <= t and (r == p - 1 or i_done[r + 1][i] <= t):
-                seqs[r].append(Action(r, Kind.I, i))
-                i_done[r][i] = t + 1
-                next_i[r] += 1
-                pending_w[r].append(i)
-            elif next_f[r] < m and in_flight[r] < p - r and (r == 0 or f_done[r - 1][next_f[r]] <= t):
-                f = next_f[r]
-                seqs[r].append(Action(r, Kind.F, f))
-                f_done[r][f] = t + 1
-                next_f[r] += 1
-                in_flight[r] += 1
-            elif pending_w[r]:
-                seqs[r].append(Action(r, Kind.W, pending_w[r].pop(0)))
-                in_flight[r] -= 1
-            else:
-                continue
-            remaining -= 1
-        t += 1
-    return ScheduleOrder("zb-h1", p, p, m, loop_placement(p, 1), tuple(tuple(s) for s in seqs))
+    out = []
+    for r in range(p):
+        warmup = min(p - 1 - r, m)
+        seq = [Action(r, Kind.F, i) for i in range(warmup)]
+        w_next = 0
+        for k in range(m):
+            if warmup + k < m:
+                seq.append(Action(r, Kind.F, warmup + k))
+            seq.append(Action(r, Kind.I, k))
+            if k >= r:  # the first r iterations leave their W for later
+                seq.append(Action(r, Kind.W, w_next))
+                w_next += 1
+        seq += [Action(r, Kind.W, i) for i in range(w_next, m)]
+        out.append(tuple(seq))
+    return ScheduleOrder("zb-h1", p, p, m, loop_placement(p, 1), tuple(out))
 
 
 def build(kind: str, ranks: int, microbatches: int, chunks: int = 1, span: Span | None = None) -> ScheduleOrder:
