@@ -253,6 +253,7 @@ class CheckSummary:
     collectives: list[str] = field(default_factory=list)
     algorithms: list[str] = field(default_factory=list)
     requests: list[CompileRequest] = field(default_factory=list)
+    pipelines: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         def count(items: list, word: str) -> str:
@@ -265,7 +266,8 @@ class CheckSummary:
         return (f"{count(self.topologies, 'topology').replace('topologys', 'topologies')}"
                 f"{detail(self.topologies)}, {count(self.collectives, 'collective')}{detail(self.collectives)}, "
                 f"{count(self.algorithms, 'algorithm')}{detail(self.algorithms)}, "
-                f"{count(self.requests, 'request')}{detail(reqs)}")
+                f"{count(self.requests, 'request')}{detail(reqs)}"
+                + (f", {count(self.pipelines, 'pipeline')}{detail(self.pipelines)}" if self.pipelines else ""))
 
 
 def crossbar(ranks: int) -> Topology:
@@ -314,6 +316,18 @@ def check_file(path: str | os.PathLike) -> CheckSummary:
             summary.algorithms.append(f"{name} for {coll_name}: verified at ranks "
                                       f"{', '.join(map(str, checked)) or 'none'}")
     summary.requests.extend(requests)
+    # Pipelines are evaluated too (placement, costs, the static memory check), so that
+    # `check` finds what `collc pipeline` would refuse; ones with parameters lacking
+    # defaults wait for their arguments.
+    from collc.frontend.pipeline import evaluate_pipeline
+
+    for defn in module.syntax.pipelines:
+        if all(p.default is not None for p in defn.params):
+            job = evaluate_pipeline(module, defn, [], None)
+            summary.pipelines.append(f"{defn.name}: {job.stages} stages x {job.data_parallel} data-parallel, "
+                                     f"{job.microbatches} micro-batches, {job.schedule.value}")
+        else:
+            summary.pipelines.append(f"{defn.name}: needs arguments")
     return summary
 
 

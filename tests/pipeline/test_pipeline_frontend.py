@@ -133,3 +133,15 @@ def test_naming_a_pipeline(tmp_path):
     assert resolve_pipeline(f"{path}:other").name == "other(m=8)"
     with pytest.raises(CollcError, match="defined twice"):
         resolve_pipeline(_write(tmp_path, GOOD + GOOD, "twice.coll"))
+
+
+def test_check_evaluates_pipelines_and_locates_their_errors(tmp_path):
+    from collc.frontend import check_file
+
+    summary = check_file(_write(tmp_path, GOOD))
+    assert summary.pipelines == ["job: 4 stages x 2 data-parallel, 8 micro-batches, 1f1b"]
+    assert "1 pipeline (job: 4 stages" in str(summary)
+    bad = GOOD.replace("data_parallel = 2;", "data_parallel = 3;")  # 12 GPUs on an 8-GPU DGX-1
+    with pytest.raises(CollcError) as err:
+        check_file(_write(tmp_path, bad))
+    assert err.value.span is not None and err.value.span.line in (4, 5)
