@@ -168,7 +168,7 @@ def _synth_pipeline(args: argparse.Namespace, base: str | None) -> str:
     if args.synthesize:
         opts.append(f"method={args.synthesize}")
     for flag, key in (("chunks", "chunks"), ("time_limit", "time_limit"), ("mip_gap", "mip_gap"),
-                      ("threads", "threads"), ("seed", "seed")):
+                      ("threads", "threads"), ("seed", "seed"), ("tolerance", "tolerance")):
         val = getattr(args, flag)
         if val is not None:
             opts.append(f"{key}={val}")
@@ -403,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     route.add_argument("--pipeline", metavar="TEXT", help='passes as text, e.g. "synthesize{method=lp chunks=4}"')
     route.add_argument("--chunks", type=int, help="chunks per rank for synthesis (default: chosen)")
     route.add_argument("--time-limit", type=float, dest="time_limit", help="solver seconds (default 60)")
+    route.add_argument("--tolerance", type=float,
+                       help="synthesis stops within this fraction of the lower bound (default 0.01)")
     route.add_argument("--mip-gap", type=float, dest="mip_gap")
     route.add_argument("--threads", type=int)
     route.add_argument("--seed", type=int)
