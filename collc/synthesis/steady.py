@@ -481,7 +481,11 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
         if c.demand:
             by_class[class_key(problem, k)].append(k)
     tails: dict[tuple[int, ...], list[float]] = {}
-    entries: list[tuple[float, int, int, int]] = []  # (order key, depth, commodity, route)
+    # (order key, depth, position in its structure, commodity, route). Among equal keys a
+    # structure's own order decides before the commodity: replicated trees list a
+    # rank's children rotated by the rank's place, so that the sources of a switch do
+    # not all send to the same destination first.
+    entries: list[tuple[float, int, int, int, int]] = []
     missing = [key for key in by_class if not rates.shares.get(key)]
     if missing:
         raise NotApplicable(f"the rate LP gave no route to class {missing[0]}")
@@ -501,10 +505,11 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
             routes = structures[s_idx][0]
             if routes not in tails:
                 tails[routes] = _tails(net, routes, seconds)
-            for ri, depth, tail in zip(routes, rates.depth[routes], tails[routes]):
-                entries.append((finish * rates.seconds - tail, depth, k, ri))
+            ordered = rates.replicated > 0
+            for pos, (ri, depth, tail) in enumerate(zip(routes, rates.depth[routes], tails[routes])):
+                entries.append((finish * rates.seconds - tail, depth, pos if ordered else 0, k, ri))
     entries.sort()
-    transfers = tuple(Transfer(k, ri, step) for step, (_, _, k, ri) in enumerate(entries))
+    transfers = tuple(Transfer(k, ri, step) for step, (*_, k, ri) in enumerate(entries))
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
                 {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
                  "rate_model": rates.kind})

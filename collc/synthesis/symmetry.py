@@ -58,7 +58,7 @@ def find_symmetry(network: Network) -> Symmetry | None:
     """The symmetry the topology's names suggest and its links confirm; None when no
     candidate is an automorphism that also maps routes to routes."""
     topo = network.topology
-    gens = _generators(topo)
+    gens = generators(topo)
     if not gens:
         return None
     node_index = {n.name: i for i, n in enumerate(topo.nodes)}
@@ -100,7 +100,7 @@ def find_symmetry(network: Network) -> Symmetry | None:
     return Symmetry(representative, rank_map, link_map, routes, len(gens))
 
 
-def _generators(topo: Topology) -> list[np.ndarray]:
+def generators(topo: Topology) -> list[np.ndarray]:
     """Index shifts that are automorphisms, as permutations of node indices."""
     names = [n.name for n in topo.nodes]
     template: list[str] = []
