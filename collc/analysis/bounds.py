@@ -43,6 +43,7 @@ a switch copies (one send, several receptions). The other bounds would survive b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import networkx as nx
@@ -59,8 +60,9 @@ _US = 1e6
 # Above this many nodes the cut search works on orbits, samples its sweeps and caps its
 # local search; below it, it is exhaustive as before.
 LARGE_MODEL = 512
-SWEEP_PREFIXES = 256
-LOCAL_SEARCH_STEPS = 64
+SWEEP_PREFIXES = 64
+LOCAL_SEARCH_SEEDS = 4
+LOCAL_SEARCH_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -90,11 +92,19 @@ class LowerBounds:
 def lower_bounds(topology: Topology, collective: Collective, size_bytes: int) -> LowerBounds:
     """All the lower bounds of this module for `collective` on `topology`.
 
+    Remembered for the last few inputs: synthesis (its tolerance) and the report ask for
+    the same bounds, which on a thousand GPUs take a minute or more.
+
     `size_bytes` is each rank's output buffer size (nccl-tests' size); a slot is
     `collective.slot_bytes(size_bytes)` bytes. Raises CollcError when the problem
     cannot be met at all (ranks mismatch, a needed chunk unreachable).
     """
     _check_problem(topology, collective, size_bytes)
+    return _lower_bounds(topology, collective, size_bytes)
+
+
+@lru_cache(maxsize=4)
+def _lower_bounds(topology: Topology, collective: Collective, size_bytes: int) -> LowerBounds:
     reqs = requirements(collective)
     needed = tuple(r for r in reqs if r.needers)
     slot = collective.slot_bytes(size_bytes)
@@ -486,7 +496,10 @@ class _CutModel:
         found = []
         # Every flip is a pass over the model; on large topologies each climb is capped
         # (any set is a valid bound: the cap only limits how far the search looks).
-        limit = LOCAL_SEARCH_STEPS if len(self.names) > LARGE_MODEL else len(self.names) + 1
+        limit = len(self.names) + 1
+        if len(self.names) > LARGE_MODEL:
+            limit = LOCAL_SEARCH_STEPS
+            seeds = sorted(seeds, key=lambda x: -self.ratio(x))[:LOCAL_SEARCH_SEEDS]
         for x in seeds:
             x = x.copy()
             if x.tobytes() in visited:
