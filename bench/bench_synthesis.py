@@ -154,6 +154,17 @@ def markdown(cases: list[dict], machine: str) -> str:
             f"{a['load_before']:.1f}-{a['load_after']:.1f} / {b['load_before']:.1f}-{b['load_after']:.1f} | "
             f"{c['chunks']}, {c['ops']} | {a['work']['solver_runs']}, {a['work']['candidates_timed']} | "
             f"{'yes' if c['same_output'] else 'NO'} | {verdict(c)} |")
+    scale = [c for c in cases if c["case"].startswith("scale-")]
+    if scale:
+        lines += ["", "## Cost against cluster size (AllGather 1 GiB on dgx_h100(nodes=N), MSCCL XML)", "",
+                  "| N | GPUs | time / bound | solver s (calm) | wall s (calm) | peak MiB | chunks, ops | load |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for c in scale:
+            a = c["runs"][0]
+            n = int(c["topology"].split("=")[1].rstrip(")"))
+            lines.append(f"| {n} | {8 * n} | {c['ratio_to_bound']:.4f} | {a['solver_s']:.1f} | {a['wall_s']:.0f} | "
+                         f"{max(r['peak_rss_bytes'] for r in c['runs']) / MIB:.0f} | {c['chunks']}, {c['ops']} | "
+                         f"{a['load_before']:.1f}-{a['load_after']:.1f} |")
     lines.append("")
     return "\n".join(lines)
 

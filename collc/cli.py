@@ -402,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     route.add_argument("--synthesize", metavar="METHOD", help="auto (default), milp, lp, rounds, ...")
     route.add_argument("--pipeline", metavar="TEXT", help='passes as text, e.g. "synthesize{method=lp chunks=4}"')
     route.add_argument("--chunks", type=int, help="chunks per rank for synthesis (default: chosen)")
-    route.add_argument("--time-limit", type=float, dest="time_limit", help="solver seconds (default 60)")
+    route.add_argument("--time-limit", type=float, dest="time_limit", help="solver seconds (default 600, a safety net)")
     route.add_argument("--tolerance", type=float,
                        help="synthesis stops within this fraction of the lower bound (default 0.01)")
     route.add_argument("--mip-gap", type=float, dest="mip_gap")

@@ -17,7 +17,7 @@ class Synthesize(Pass):
     summary = "synthesize a schedule with HiGHS (methods: auto, milp, lp, rounds, steady, greedy)"
     method: str = "auto"
     chunks: int = 0  # chunks per rank; 0: choose
-    time_limit: float = 60.0  # seconds for the whole pass: a safety net (the search is bounded by work)
+    time_limit: float = 600.0  # seconds for the whole pass: a safety net (the search is bounded by work)
     mip_gap: float = 0.0
     threads: int = 0  # 0: HiGHS's default
     seed: int = 0

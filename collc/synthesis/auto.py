@@ -34,6 +34,8 @@ MIN_GAIN = 0.002
 STEADY_SHARE = 0.85
 # A steady-state schedule this close to the lower bound ends the search.
 NEAR_BOUND = 0.05
+# Most seconds the time-expanded methods (small messages) get in auto.
+TIME_EXPANDED_SECONDS = 60.0
 # Steps that try to improve on the first steady-state schedule: at most this many.
 MAX_IMPROVEMENTS = 4
 # The first steady-state schedule aims this close to the rate LP's time T ...
@@ -103,7 +105,10 @@ def _auto(network: Network, collective: Collective, size_bytes: int, options: Sy
     grid = make_grid(base)
     method = _time_expanded_method(base, grid, len(base.commodities) * len(network.routes))
     if method is not None and not deadline.expired:
-        found.append(realize(run_method(method, base, options, deadline, progress, grid), options.timing))
+        # The time-expanded models stop at a time limit when they cannot prove optimality:
+        # they keep the limit they always had, however long the safety net is.
+        limited = Deadline(min(deadline.remaining(), TIME_EXPANDED_SECONDS), deadline.work)
+        found.append(realize(run_method(method, base, options, limited, progress, grid), options.timing))
     if not found:
         plan = run_method(Method.GREEDY, base, options, deadline, progress, grid)
         found.append(realize(plan, options.timing))

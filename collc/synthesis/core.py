@@ -45,7 +45,7 @@ class Method(str, Enum):
 class SynthesisOptions:
     method: Method = Method.AUTO
     chunks: int = 0  # chunks per rank; 0: choose
-    time_limit: float = 60.0
+    time_limit: float = 600.0  # a safety net: the search is bounded by work, not by time
     mip_gap: float = 0.0
     threads: int = 0
     seed: int = 0
