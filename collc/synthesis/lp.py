@@ -151,8 +151,8 @@ def solve_lp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline
         progress.stage(f"lp: trying {horizon} epochs")
         fm = _FluidModel(problem, grid, groups, horizon)
         if fm.feasible:
-            res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options, work=deadline.work,
-                        progress=progress)
+            res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options,
+                        work=deadline.work, progress=progress)
             if res.has_solution:
                 if res.outcome is not Outcome.OPTIMAL:
                     status = Status.TIME_LIMIT

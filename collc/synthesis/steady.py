@@ -198,7 +198,8 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
             h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             if h.getInfo().primal_solution_status != 2:
-                raise NotApplicable(f"the steady-state LP found no solution ({h.modelStatusToString(h.getModelStatus())}, round {rounds})")
+                status_text = h.modelStatusToString(h.getModelStatus())
+                raise NotApplicable(f"the steady-state LP found no solution ({status_text}, round {rounds})")
             status = Status.TIME_LIMIT
             deadline.work.time_limit_fired = True
             break
