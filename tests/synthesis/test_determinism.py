@@ -96,3 +96,11 @@ def test_tolerance_option_is_checked():
         parse_pipeline("synthesize{tolerance=1.5}")
     (p,) = parse_pipeline("synthesize{tolerance=0.03}")
     assert p.options_for_synthesis().tolerance == 0.03
+
+
+def test_cli_tolerance_flag_reaches_the_pass():
+    from collc.cli import _synth_pipeline, build_parser
+
+    args = build_parser().parse_args(["compile", "--topology", "dgx1", "--collective", "allgather",
+                                      "--size", "1MiB", "-o", "x.json", "--tolerance", "0.05"])
+    assert "tolerance=0.05" in _synth_pipeline(args, None)
