@@ -513,7 +513,7 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
     transfers = tuple(Transfer(k, ri, step) for step, (*_, k, ri) in enumerate(entries))
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
                 {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
-                 "rate_model": rates.kind})
+                 "rate_model": rates.kind, "replicated": rates.replicated})
 
 
 def pipeline_fill(net: Network, rates: RateSolution, slot_bytes: float) -> float:
