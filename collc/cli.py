@@ -276,7 +276,7 @@ def _synth_pipeline(args: argparse.Namespace, base: str | None) -> str:
     if args.synthesize:
         opts.append(f"method={args.synthesize}")
     for flag, key in (("chunks", "chunks"), ("time_limit", "time_limit"), ("mip_gap", "mip_gap"),
-                      ("threads", "threads"), ("seed", "seed")):
+                      ("threads", "threads"), ("seed", "seed"), ("tolerance", "tolerance")):
         val = getattr(args, flag)
         if val is not None:
             opts.append(f"{key}={val}")
@@ -566,7 +566,10 @@ def build_parser() -> argparse.ArgumentParser:
     route.add_argument("--chunks", type=_int_at_least(1), metavar="N",
                        help="chunks per rank for synthesis (default: chosen)")
     route.add_argument("--time-limit", type=_finite_float(0, lo_open=True), dest="time_limit", metavar="SECONDS",
-                       help="solver seconds (default 60)")
+                       help="solver seconds, a safety net: the search is bounded by work, so the same input "
+                            "gives the same schedule on any machine unless this fires (default 600)")
+    route.add_argument("--tolerance", type=_finite_float(0, 1), metavar="F",
+                       help="synthesis stops within this fraction of the lower bound (default 0.01)")
     route.add_argument("--mip-gap", type=_finite_float(0, 1), dest="mip_gap", metavar="GAP",
                        help="relative MILP gap at which the solver stops, 0 to 1 (default: the solver's)")
     route.add_argument("--threads", type=_int_at_least(1), metavar="N",

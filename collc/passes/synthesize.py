@@ -17,13 +17,14 @@ class Synthesize(Pass):
     summary = "synthesize a schedule with HiGHS (methods: auto, milp, lp, rounds, steady, greedy)"
     method: str = "auto"
     chunks: int = 0  # chunks per rank; 0: choose
-    time_limit: float = 60.0  # seconds for the whole pass
+    time_limit: float = 600.0  # seconds for the whole pass: a safety net (the search is bounded by work)
     mip_gap: float = 0.0
     threads: int = 0  # 0: HiGHS's default
     seed: int = 0
     epochs: int = 0  # 0: search from the lower bound
     progress: bool = True
     max_ops: int = 300_000  # most ops the schedule may have (pipelining stops before it)
+    tolerance: float = 0.01  # stop improving once within this fraction of the lower bound
 
     def __post_init__(self) -> None:
         known = [m.value for m in Method]
@@ -34,13 +35,16 @@ class Synthesize(Pass):
                                 "and max_ops must be positive")
         if self.time_limit <= 0:
             raise PipelineError(f"pass 'synthesize': time_limit must be positive (got {self.time_limit})")
+        if not 0 <= self.tolerance < 1:
+            raise PipelineError(f"pass 'synthesize': tolerance must be in [0, 1) (got {self.tolerance})")
         if not 0 <= self.mip_gap < 1:
             raise PipelineError(f"pass 'synthesize': mip_gap must be in [0, 1) (got {self.mip_gap})")
 
     def options_for_synthesis(self) -> SynthesisOptions:
         return SynthesisOptions(method=Method(self.method), chunks=self.chunks, time_limit=self.time_limit,
                                 mip_gap=self.mip_gap, threads=self.threads, seed=self.seed, epochs=self.epochs,
-                                progress=self.progress, max_ops=self.max_ops)
+                                progress=self.progress, max_ops=self.max_ops,
+                                tolerance=self.tolerance)
 
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.collective is None or unit.topology is None:

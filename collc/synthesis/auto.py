@@ -9,7 +9,6 @@ fastest schedule wins, so a poor guess costs solver time, never schedule quality
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 from collc.diagnostics import CollcError, SolverError
@@ -35,10 +34,14 @@ MIN_GAIN = 0.002
 STEADY_SHARE = 0.85
 # A steady-state schedule this close to the lower bound ends the search.
 NEAR_BOUND = 0.05
-# At most this long rounding shares to whole chunks (a small MILP).
-WHOLE_COUNTS_SECONDS = 2.0
-# Time the verifier and the rest of the pass need per op, kept free of the search.
-SECONDS_PER_OP_AFTER = 20e-6
+# Most seconds the time-expanded methods (small messages) get in auto.
+TIME_EXPANDED_SECONDS = 60.0
+# Steps that try to improve on the first steady-state schedule: at most this many.
+MAX_IMPROVEMENTS = 4
+# The first steady-state schedule aims this close to the rate LP's time T ...
+FIRST_TARGET = 0.02
+# ... and a step with more chunks aims at this share of the overhead the tolerance allows.
+PREDICTION_MARGIN = 0.8
 
 
 def run_method(method: Method, problem: Problem, options: SynthesisOptions, deadline: Deadline,
@@ -47,7 +50,7 @@ def run_method(method: Method, problem: Problem, options: SynthesisOptions, dead
         from collc.synthesis.steady import pipelined_plan, solve_rates
 
         rates = solve_rates(problem, options.solver, deadline, progress)
-        return pipelined_plan(problem, rates, options.solver, min(WHOLE_COUNTS_SECONDS, 0.1 * deadline.remaining()))
+        return pipelined_plan(problem, rates, options.solver, deadline)
     grid = grid or make_grid(problem)
     if method is Method.MILP:
         from collc.synthesis.milp import solve_milp
@@ -88,13 +91,13 @@ def _auto(network: Network, collective: Collective, size_bytes: int, options: Sy
     base_chunks = choices[0] if choices else collective.chunks
     base = problem_for(network, collective, size_bytes, base_chunks)
     found: list[Candidate] = []
+    bound = _lower_bound(network, base, size_bytes)
     # Steady state first: its LP is quick, and for large messages nothing beats it.
     try:
-        share = Deadline(deadline.remaining() * STEADY_SHARE)
-        found.append(_best_steady(network, collective, size_bytes, options, share, progress, choices))
+        share = deadline.share(STEADY_SHARE)
+        found.append(_best_steady(network, collective, size_bytes, options, share, progress, choices, bound))
     except (NotApplicable, SolverError):
         pass  # the time-expanded methods below still answer
-    bound = _lower_bound(network, base, size_bytes)
     if found and found[0].estimate_s <= bound * (1 + NEAR_BOUND):
         # Bandwidth decides, and pipelining is near the bound: a time-expanded model of
         # few chunks cannot do better.
@@ -102,7 +105,10 @@ def _auto(network: Network, collective: Collective, size_bytes: int, options: Sy
     grid = make_grid(base)
     method = _time_expanded_method(base, grid, len(base.commodities) * len(network.routes))
     if method is not None and not deadline.expired:
-        found.append(realize(run_method(method, base, options, deadline, progress, grid), options.timing))
+        # The time-expanded models stop at a time limit when they cannot prove optimality:
+        # they keep the limit they always had, however long the safety net is.
+        limited = Deadline(min(deadline.remaining(), TIME_EXPANDED_SECONDS), deadline.work)
+        found.append(realize(run_method(method, base, options, limited, progress, grid), options.timing))
     if not found:
         plan = run_method(Method.GREEDY, base, options, deadline, progress, grid)
         found.append(realize(plan, options.timing))
@@ -126,81 +132,79 @@ def _time_expanded_method(problem: Problem, grid: EpochGrid, per_epoch: int) -> 
 
 
 def _best_steady(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
-                 deadline: Deadline, progress: Progress, choices: list[int] | None) -> Candidate:
-    """Steady-state rates, then pipelines of more and more chunks while they get faster
-    (each doubling halves the fill; op count and per-transfer latency eventually win).
+                 deadline: Deadline, progress: Progress, choices: list[int] | None,
+                 bound: float | None = None) -> Candidate:
+    """Steady-state rates, one pipelined schedule at the chunk count whose predicted fill
+    is small (FIRST_TARGET), then improvement steps while the schedule is further than
+    the tolerance from the lower bound and the last step gained at least MIN_GAIN.
 
-    The rate LP has many optimal packings, and the list scheduler pipelines some much
-    better than others; while time remains, packings that leave links different
-    amounts of slack are tried too, at the chunk counts around the best so far."""
-    from collc.synthesis.steady import SPREADS, solve_rates
+    Every decision depends on counts and modelled times only, never on the clock, so the
+    same input gives the same schedule on any machine; the deadline is a safety net."""
+    from collc.synthesis.steady import SPREADS, pipeline_fill, solve_rates
 
     base_chunks = choices[0] if choices else collective.chunks
     base = problem_for(network, collective, size_bytes, base_chunks)
     per_chunk = max(1, base.deliveries) / base_chunks
     counts = [base_chunks] if choices else _doublings(base_chunks, per_chunk, base.slot_bytes, options.max_ops)
-    best: Candidate | None = None
-    tried: list[tuple[float, int]] = []
-    lp_seconds = 0.0
-    for spread in SPREADS:
-        if best is not None:
-            near = [c for c in counts if best.chunks <= c <= best.chunks * 2]
-            # Another packing costs its LP and pipelines of the best one's size and twice it.
-            cost = lp_seconds + 3 * best.plan.facts["pipeline_seconds"]
-            if deadline.remaining() < cost or best.estimate_s <= best.plan.facts["fluid_s"] * (1 + MIN_GAIN):
-                break
-        else:
-            near = counts
-        t0 = time.monotonic()
-        progress.stage(f"steady: rate LP (links above {spread:.0%} of T pay extra)")
-        rates = solve_rates(base, options.solver, deadline, progress, spread=spread)
-        lp_seconds = time.monotonic() - t0
-        cand = _pipeline_search(network, collective, size_bytes, options, deadline, progress, rates, near, base)
-        tried.extend((spread, c) for c in cand.plan.facts["steady_chunks_tried"])
-        if best is None or cand.estimate_s < best.estimate_s:
-            best = cand
-        if rates.kind == "paths":
-            break  # the slack price shapes tree packings only; flows have nothing to vary
-    assert best is not None
-    facts = {**best.plan.facts, "steady_tried": [f"spread {s:.2f}, {c} chunks" for s, c in tried]}
-    return replace(best, plan=replace(best.plan, facts=facts))
+    if bound is None:
+        bound = _lower_bound(network, base, size_bytes)
+    target = bound * (1 + options.tolerance)
+    progress.stage("steady: rate LP")
+    rates = solve_rates(base, options.solver, deadline, progress, spread=SPREADS[0])
+    # The first schedule: the fewest chunks whose pipeline is predicted to come within
+    # FIRST_TARGET of T. Fill and drain overlap the steady state by at least half
+    # (measured on the standard topologies), so the predicted overhead is half the fill.
+    slot_of = {c: base.slot_bytes * base_chunks / c for c in counts}
+    allowed = rates.seconds * FIRST_TARGET * 2
+    first = next((c for c in counts if pipeline_fill(network, rates, slot_of[c]) <= allowed), counts[-1])
+    best = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, first, base)
+    tried = [f"spread {SPREADS[0]:.2f}, {first} chunks"]
+    first_estimate = best.estimate_s
+    improvements = 0
 
-
-def _pipeline_search(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
-                     deadline: Deadline, progress: Progress, rates, counts: list[int], base: Problem) -> Candidate:
-    from collc.synthesis.steady import pipelined_plan
-
-    def build(problem: Problem) -> Candidate:
-        rounding = min(WHOLE_COUNTS_SECONDS, 0.1 * deadline.remaining())
-        return realize(pipelined_plan(problem, rates, options.solver, rounding), options.timing)
-
-    best: Candidate | None = None
-    per_op = 0.0
-    tried: list[int] = []
-    for chunks in counts:
-        if best is not None:
-            # Stop before a pipeline whose construction would not fit in the time left.
-            ops = len(best.ops.ops) * chunks / best.chunks
-            if ops * (per_op + SECONDS_PER_OP_AFTER) > deadline.remaining():
-                break
-        progress.stage(f"steady: pipelining {chunks} chunks per rank")
-        problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
-        t0 = time.monotonic()
-        cand = build(problem)
-        spent = time.monotonic() - t0
-        cand = replace(cand, plan=replace(cand.plan, facts={**cand.plan.facts, "pipeline_seconds": spent}))
-        per_op = spent / max(1, len(cand.ops.ops))
-        tried.append(chunks)
-        if best is None:
-            best = cand
-            continue
+    def better(cand: Candidate, label: str) -> float:
+        nonlocal best
+        tried.append(label)
         gain = 1 - cand.estimate_s / best.estimate_s
         if gain > 0:
             best = cand
-        if gain <= MIN_GAIN and chunks > best.chunks:
+        return gain
+
+    # Improvement 1: more chunks. The pipeline's overhead over T shrinks about as 1/chunks,
+    # so the next count is the one that overhead predicts to land within the tolerance.
+    allowed_overhead = target / rates.seconds - 1
+    while (best.estimate_s > target and allowed_overhead > 0 and improvements < MAX_IMPROVEMENTS
+           and best.chunks < counts[-1] and not deadline.fired()):
+        overhead = best.estimate_s / rates.seconds - 1
+        want = best.chunks * overhead / (allowed_overhead * PREDICTION_MARGIN)
+        nxt = next((c for c in counts if c > best.chunks and c >= want), counts[-1])
+        improvements += 1
+        cand = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, nxt, base)
+        if better(cand, f"spread {SPREADS[0]:.2f}, {nxt} chunks") < MIN_GAIN:
             break
-    assert best is not None
-    return replace(best, plan=replace(best.plan, facts={**best.plan.facts, "steady_chunks_tried": tried}))
+    # Improvement 2: other packings as fast as the first (trees only: a flow has one).
+    if rates.kind == "trees":
+        for spread in SPREADS[1:]:
+            if best.estimate_s <= target or improvements >= MAX_IMPROVEMENTS or deadline.fired():
+                break
+            improvements += 1
+            progress.stage(f"steady: rate LP (links above {spread:.0%} of T pay extra)")
+            other = solve_rates(base, options.solver, deadline, progress, spread=spread)
+            cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, best.chunks, base)
+            better(cand, f"spread {spread:.2f}, {best.chunks} chunks")
+    facts = {**best.plan.facts, "steady_tried": tried, "tolerance": options.tolerance,
+             "first_chunks": first, "first_estimate_s": first_estimate, "lower_bound_s": bound}
+    return replace(best, plan=replace(best.plan, facts=facts))
+
+
+def _pipelined(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
+               deadline: Deadline, progress: Progress, rates, chunks: int, base: Problem) -> Candidate:
+    from collc.synthesis.steady import pipelined_plan
+
+    progress.stage(f"steady: pipelining {chunks} chunks per rank")
+    problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
+    deadline.work.candidates += 1
+    return realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing)
 
 
 def _doublings(base: int, deliveries_per_chunk: float, slot_bytes: float, max_ops: int) -> list[int]:

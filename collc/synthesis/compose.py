@@ -65,7 +65,7 @@ def synthesize_with_reductions(topology: Topology, collective: Collective, size_
     forward = Network(topology)
     mirror = symmetric(topology)
     backward = forward if mirror else Network(reversed_topology(topology))
-    share = Deadline(deadline.remaining() / 2) if kind is CollectiveKind.ALLREDUCE and not mirror else deadline
+    share = deadline.share(0.5) if kind is CollectiveKind.ALLREDUCE and not mirror else deadline
     progress.stage(f"{collective.kind.value}: synthesizing the {base.kind.value} it reverses")
     # An AllReduce has both halves' ops: each half gets half the op budget.
     halves = replace(options, max_ops=options.max_ops // 2) if kind is CollectiveKind.ALLREDUCE else options

@@ -8,7 +8,7 @@ fit the problem, times every candidate under the alpha-beta model and keeps the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -45,7 +45,7 @@ class Method(str, Enum):
 class SynthesisOptions:
     method: Method = Method.AUTO
     chunks: int = 0  # chunks per rank; 0: choose
-    time_limit: float = 60.0
+    time_limit: float = 600.0  # a safety net: the search is bounded by work, not by time
     mip_gap: float = 0.0
     threads: int = 0
     seed: int = 0
@@ -55,6 +55,8 @@ class SynthesisOptions:
     # Most ops a schedule may have (the verifier and backends stay fast); pipelining
     # stops splitting chunks before it.
     max_ops: int = 300_000
+    # Search stops once a schedule is within this fraction of the lower bound.
+    tolerance: float = 0.01
 
     @property
     def solver(self) -> SolverOptions:
@@ -104,7 +106,11 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: int,
         if own_progress:
             progress.close()
     verify(result.schedule, topology)
-    return result
+    # The work done goes into the note and the schedule's meta: two runs that differ
+    # can be told apart by it (and a fired safety net shows).
+    work = deadline.work.to_json()
+    schedule = replace(result.schedule, meta={**result.schedule.meta, "work": work})
+    return replace(result, schedule=schedule, facts={**result.facts, **work})
 
 
 # --- collectives without reductions -----------------------------------------------

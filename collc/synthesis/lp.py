@@ -152,7 +152,7 @@ def solve_lp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline
         fm = _FluidModel(problem, grid, groups, horizon)
         if fm.feasible:
             res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options,
-                        progress=progress)
+                        work=deadline.work, progress=progress)
             if res.has_solution:
                 if res.outcome is not Outcome.OPTIMAL:
                     status = Status.TIME_LIMIT

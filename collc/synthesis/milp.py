@@ -81,7 +81,8 @@ def solve_milp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadli
             return Outcome.INFEASIBLE
         largest = max(largest, (fm.model.num_cols, fm.model.num_rows))
         limit = max(0.05, deadline.remaining() * PROBE_SHARE)
-        res = solve(fm.model, maximize=True, time_limit=limit, options=options, progress=progress,
+        res = solve(fm.model, maximize=True, time_limit=limit, options=options,
+                    work=deadline.work, progress=progress,
                     first_solution=True)
         if res.has_solution:
             best = _Found(epochs, fm.transfers(res.values))
@@ -114,7 +115,7 @@ def solve_milp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadli
         largest = max(largest, (fm.model.num_cols, fm.model.num_rows))
         start = fm.start_vector(problem, grid, best.transfers)
         res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options,
-                    progress=progress, start=start)
+                    work=deadline.work, progress=progress, start=start)
         if res.has_solution:
             best = _Found(best.epochs, fm.transfers(res.values))
         final_optimal = res.outcome is Outcome.OPTIMAL
@@ -132,7 +133,7 @@ def _fixed_horizon(problem: Problem, grid: EpochGrid, options: SolverOptions, de
     res = None
     if fm is not None:
         res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options,
-                    progress=progress)
+                    work=deadline.work, progress=progress)
     if res is None or not res.has_solution:
         size = "" if fm is None else f" ({fm.model.num_cols} variables, {fm.model.num_rows} constraints)"
         if res is None or res.outcome is Outcome.INFEASIBLE:

@@ -55,7 +55,7 @@ def solve_rounds(problem: Problem, grid: EpochGrid, options: SolverOptions, dead
                 largest = max(largest, (fm.model.num_cols, fm.model.num_rows))
                 # Later rounds may each take an equal part of what is left.
                 share = deadline.remaining() / max(1.0, math.ceil(left / max(1, total) * 4))
-                res = solve(fm.model, maximize=True, time_limit=max(0.05, share), options=options,
+                res = solve(fm.model, maximize=True, time_limit=max(0.05, share), options=options, work=deadline.work,
                             progress=progress)
                 if res.has_solution:
                     chosen = fm.transfers(res.values)

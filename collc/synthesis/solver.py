@@ -23,7 +23,7 @@ INF = highspy.kHighsInf
 @dataclass(frozen=True)
 class SolverOptions:
     mip_gap: float = 0.0
-    threads: int = 0  # 0: HiGHS's default
+    threads: int = 0  # 0: one thread (HiGHS's parallel modes do not give the same answer every run)
     seed: int = 0
 
 
@@ -118,19 +118,23 @@ def new_highs(options: SolverOptions, time_limit: float) -> highspy.Highs:
     h.setOptionValue("time_limit", max(0.01, float(time_limit)))
     h.setOptionValue("random_seed", int(options.seed))
     h.setOptionValue("mip_rel_gap", float(options.mip_gap))
-    if options.threads > 0:
-        h.setOptionValue("threads", int(options.threads))
+    # One thread unless asked otherwise: with several, HiGHS's MIP search may take a
+    # different path from run to run, and the same input must give the same schedule.
+    h.setOptionValue("threads", int(options.threads) if options.threads > 0 else 1)
     return h
 
 
 def solve(model: Model, *, maximize: bool = False, time_limit: float, options: SolverOptions,
           progress: Progress | None = None, start: np.ndarray | None = None,
-          want_duals: bool = False, first_solution: bool = False, node_limit: int = 0) -> Result:
+          want_duals: bool = False, first_solution: bool = False, node_limit: int = 0,
+          work: "Work | None" = None) -> Result:
     """Solve within `time_limit` seconds; `first_solution` stops a MILP at its first
     feasible point (enough to show that a horizon is feasible); `node_limit` bounds a
     MILP's branch-and-bound by work rather than time, so the answer does not depend on
     the machine's speed or load."""
     h = new_highs(options, time_limit)
+    if work is not None:
+        work.solves += 1
     if first_solution:
         h.setOptionValue("mip_max_improving_sols", 1)
     if node_limit:
@@ -189,12 +193,40 @@ def _result(h: highspy.Highs, mip: bool, seconds: float, want_duals: bool) -> Re
     return Result(outcome, values, objective, bound, gap, seconds, duals)
 
 
-class Deadline:
-    """The wall-clock end of the pass's time budget."""
+@dataclass
+class Work:
+    """What a synthesis did, counted: the search is bounded by these counts, not by the
+    clock, so two runs that report the same work made the same schedule."""
 
-    def __init__(self, seconds: float):
+    solves: int = 0  # LP and MILP solves (each run of HiGHS)
+    pricing_rounds: int = 0  # rounds of column generation in the rate LP
+    candidates: int = 0  # schedules built and timed under the alpha-beta model
+    time_limit_fired: bool = False  # the wall-clock safety net cut something short
+
+    def to_json(self) -> dict[str, int | bool]:
+        return {"solver_runs": self.solves, "pricing_rounds": self.pricing_rounds,
+                "candidates_timed": self.candidates, "time_limit_fired": self.time_limit_fired}
+
+
+class Deadline:
+    """The wall-clock end of the pass's time budget (a safety net: the search itself is
+    bounded by work), and the work counted so far, shared by the deadlines cut from it."""
+
+    def __init__(self, seconds: float, work: Work | None = None):
         self.start = time.monotonic()
         self.end = self.start + max(0.0, seconds)
+        self.work = work if work is not None else Work()
+
+    def share(self, fraction: float) -> "Deadline":
+        """A deadline for part of the remaining time, counting into the same work."""
+        return Deadline(self.remaining() * fraction, self.work)
+
+    def fired(self) -> bool:
+        """True (and recorded) when the safety net has run out."""
+        if self.expired:
+            self.work.time_limit_fired = True
+            return True
+        return False
 
     def remaining(self) -> float:
         return max(0.0, self.end - time.monotonic())

@@ -46,6 +46,9 @@ ROUNDING_NODES = 500
 # Column generation stops when no tree can shorten T by more than this fraction.
 PRICING_TOLERANCE = 1e-6
 MAX_PRICING_ROUNDS = 400
+# From this many GPUs on, the tree LP is solved once per orbit of identical sources and
+# replicated (collc.synthesis.replicate); smaller LPs are solved whole, in well under a second.
+REPLICATE_FROM_RANKS = 64
 
 
 class NotApplicable(CollcError):
@@ -62,6 +65,7 @@ class RateSolution:
     status: Status
     stats: SolveStats
     kind: str  # "trees" | "paths"
+    replicated: int = 0  # representatives the LP was solved for (0: every source)
 
 
 def class_key(problem: Problem, k: int) -> tuple:
@@ -81,7 +85,27 @@ def solve_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     check_applicable(problem)
     if problem.unicast:
         return _flow_rates(problem, options, deadline, progress)
+    if problem.ranks >= REPLICATE_FROM_RANKS:
+        replicated = _replicated_rates(problem, options, deadline, progress, spread)
+        if replicated is not None:
+            return replicated
     return _tree_rates(problem, options, deadline, progress, spread)
+
+
+def _replicated_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
+                      spread: float) -> RateSolution | None:
+    from collc.synthesis.replicate import class_orbits, replicated_tree_rates
+    from collc.synthesis.symmetry import find_symmetry
+
+    sym = find_symmetry(problem.network)
+    if sym is None:
+        return None
+    classes = _class_bytes(problem)
+    orbits = class_orbits(problem, classes, sym)
+    if orbits is None or len(orbits) == len(classes):
+        return None
+    progress.stage(f"steady: rate LP for {len(orbits)} of {len(classes)} sources (identical nodes)")
+    return replicated_tree_rates(problem, sym, orbits, classes, options, deadline, progress, spread, EXCESS_PRICE)
 
 
 def _class_bytes(problem: Problem) -> dict[tuple, float]:
@@ -164,15 +188,20 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     t_value = math.inf
     while True:
         rounds += 1
+        deadline.work.pricing_rounds += 1
+        deadline.work.solves += 1
         h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and not deadline.expired:
             # A warm start occasionally stalls; a cold start of the same LP does not.
             h.clearSolver()
+            deadline.work.solves += 1
             h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             if h.getInfo().primal_solution_status != 2:
-                raise NotApplicable(f"the steady-state LP found no solution ({h.modelStatusToString(h.getModelStatus())}, round {rounds})")
+                status_text = h.modelStatusToString(h.getModelStatus())
+                raise NotApplicable(f"the steady-state LP found no solution ({status_text}, round {rounds})")
             status = Status.TIME_LIMIT
+            deadline.work.time_limit_fired = True
             break
         sol = h.getSolution()
         t_value = h.getInfo().objective_function_value  # T plus the small price of excess
@@ -198,7 +227,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
             break
         if (t_value - lagrange) <= PRICING_TOLERANCE * t_value:
             break
-        if deadline.remaining() <= 0:
+        if deadline.fired():
             status = Status.TIME_LIMIT
             break
         h.setOptionValue("time_limit", h.getRunTime() + max(0.05, deadline.remaining()))
@@ -304,13 +333,13 @@ def _flow_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
 
     progress.stage("steady: multi-commodity flow")
     m, x = build(None)
-    res = solve(m, time_limit=max(0.05, deadline.remaining()), options=options)
+    res = solve(m, time_limit=max(0.05, deadline.remaining()), options=options, work=deadline.work)
     if not res.has_solution:
         raise NotApplicable("the steady-state flow LP found no solution in time")
     t_scaled = float(res.values[0])
     status = Status.OPTIMAL if res.outcome is Outcome.OPTIMAL else Status.TIME_LIMIT
     m2, x2 = build(t_scaled * (1 + 1e-7) + 1e-12)
-    res2 = solve(m2, time_limit=max(0.05, deadline.remaining()), options=options)
+    res2 = solve(m2, time_limit=max(0.05, deadline.remaining()), options=options, work=deadline.work)
     if res2.has_solution:
         res, x = res2, x2
     t_value = t_scaled * unit_time
@@ -395,7 +424,7 @@ def apportion(total: int, weights: list[float]) -> list[int]:
 
 
 def whole_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int], options: SolverOptions,
-                 time_limit: float) -> dict[tuple, list[int]]:
+                 deadline: Deadline) -> dict[tuple, list[int]]:
     """Chunks per tree (or path), whole numbers adding up to each class's chunks, that
     load the busiest link least: a small MILP, warm-started from rounding each share."""
     net = problem.network
@@ -427,14 +456,18 @@ def whole_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int],
     for l, terms in per_link.items():
         loads[l] = sum(v * warm[j] for j, v in terms)
     warm[z] = max(loads.values(), default=0.0)
-    res = solve(m, time_limit=max(0.05, time_limit), options=options, start=warm, node_limit=ROUNDING_NODES)
+    # The node limit bounds this search; the deadline is only the pass's safety net.
+    res = solve(m, time_limit=max(0.05, deadline.remaining()), options=options, start=warm,
+                node_limit=ROUNDING_NODES, work=deadline.work)
+    if res.outcome is not Outcome.OPTIMAL and deadline.expired:
+        deadline.work.time_limit_fired = True
     if not res.has_solution or res.objective >= warm[z]:
         return start
     return {key: [int(round(res.values[j])) for j in cols[key]] for key in keys}
 
 
 def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions | None = None,
-                   time_limit: float = 0.0) -> Plan:
+                   deadline: Deadline | None = None) -> Plan:
     """Chunks of every class dealt to its trees (or paths) in proportion to their shares.
 
     Each tree's chunks are spread evenly over the fluid time T: chunk j of n should be
@@ -449,13 +482,20 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
         if c.demand:
             by_class[class_key(problem, k)].append(k)
     tails: dict[tuple[int, ...], list[float]] = {}
-    entries: list[tuple[float, int, int, int]] = []  # (order key, depth, commodity, route)
+    # (order key, depth, position in its structure, commodity, route). Among equal keys a
+    # structure's own order decides before the commodity: replicated trees list a
+    # rank's children rotated by the rank's place, so that the sources of a switch do
+    # not all send to the same destination first.
+    entries: list[tuple[float, int, int, int, int]] = []
     missing = [key for key in by_class if not rates.shares.get(key)]
     if missing:
         raise NotApplicable(f"the rate LP gave no route to class {missing[0]}")
     sizes = {key: len(coms) for key, coms in by_class.items()}
-    if options is not None and time_limit > 0:
-        whole = whole_counts(problem, rates, sizes, options, time_limit)
+    if rates.replicated:
+        # Rounded alike for every source of an orbit, so that the replicated loads stay even.
+        whole = {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
+    elif options is not None and deadline is not None and not deadline.fired():
+        whole = whole_counts(problem, rates, sizes, options, deadline)
     else:
         whole = {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
     for key, coms in sorted(by_class.items()):
@@ -466,13 +506,34 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
             routes = structures[s_idx][0]
             if routes not in tails:
                 tails[routes] = _tails(net, routes, seconds)
-            for ri, depth, tail in zip(routes, rates.depth[routes], tails[routes]):
-                entries.append((finish * rates.seconds - tail, depth, k, ri))
+            ordered = rates.replicated > 0
+            for pos, (ri, depth, tail) in enumerate(zip(routes, rates.depth[routes], tails[routes])):
+                entries.append((finish * rates.seconds - tail, depth, pos if ordered else 0, k, ri))
     entries.sort()
-    transfers = tuple(Transfer(k, ri, step) for step, (_, _, k, ri) in enumerate(entries))
+    transfers = tuple(Transfer(k, ri, step) for step, (*_, k, ri) in enumerate(entries))
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
                 {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
-                 "rate_model": rates.kind})
+                 "rate_model": rates.kind, "replicated": rates.replicated})
+
+
+def pipeline_fill(net: Network, rates: RateSolution, slot_bytes: float) -> float:
+    """Seconds from a structure's first send until its first chunk has reached every
+    rank, the longest over the structures: about what the pipeline's fill and drain add
+    to the fluid time T at this chunk size."""
+    seconds = [r.seconds(slot_bytes) for r in net.routes]
+    worst = 0.0
+    for structures in rates.shares.values():
+        for routes, _ in structures:
+            tails = _tails(net, routes, seconds)
+            root = net.routes[routes[0]].src
+            # The root sends to its children one after another, like every other rank.
+            below, busy = 0.0, 0.0
+            firsts = [i for i, r in enumerate(routes) if net.routes[r].src == root]
+            for i in sorted(firsts, key=lambda i: -tails[i]):
+                below = max(below, busy + tails[i])
+                busy += seconds[routes[i]]
+            worst = max(worst, below)
+    return worst
 
 
 def _tails(net: Network, routes: tuple[int, ...], seconds: list[float]) -> list[float]:

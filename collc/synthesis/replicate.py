@@ -1,0 +1,272 @@
+"""The tree-packing rate LP solved once per orbit of sources, then replicated.
+
+On a topology with identical nodes and rails (collc.synthesis.symmetry) every source of
+an orbit is the image of one representative under an automorphism. Averaging any
+packing over those automorphisms gives a packing as fast, in which every link of a link
+orbit carries the same load. So the LP needs trees for the representatives only, and
+one load row per link orbit: the orbit's total load from the representative's trees
+(times the number of sources it stands for), spread over the orbit's links. The other
+sources use the images of their representative's trees. The replicated packing's real
+link loads are computed afterwards; they equal the LP's unless the automorphisms found
+do not average evenly, in which case T is the real maximum (still a valid packing).
+
+Pricing a new tree is a minimum-cost arborescence over all ranks with the LP's link
+prices, built from arrays of routes rather than pair by pair: at 1,024 GPUs a Python
+loop over the million rank pairs would cost more than the LP.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import highspy
+import numpy as np
+
+from collc.synthesis.arborescence import NoArborescence, min_arborescence
+from collc.synthesis.network import Network
+from collc.synthesis.plan import SolveStats, Status
+from collc.synthesis.problem import Problem
+from collc.synthesis.progress import Progress
+from collc.synthesis.solver import INF, Deadline, SolverOptions, new_highs
+from collc.synthesis.symmetry import Symmetry
+
+# The same stopping rules as the full LP (collc.synthesis.steady).
+PRICING_TOLERANCE = 1e-6
+MAX_PRICING_ROUNDS = 400
+
+
+def class_orbits(problem: Problem, classes: dict[tuple, float], sym: Symmetry
+                 ) -> dict[tuple, list[tuple[tuple, int]]] | None:
+    """Representative class -> [(class, source rank)] it stands for; None where a class's
+    image under its automorphism is not the class of its source (then the symmetry
+    does not carry over to the demand)."""
+    by_root = {key[0]: key for key in classes}
+    out: dict[tuple, list[tuple[tuple, int]]] = defaultdict(list)
+    for key in classes:
+        s = key[0]
+        rep = int(sym.representative[s])
+        rep_key = by_root.get(rep)
+        if rep_key is None or classes[rep_key] != classes[key]:
+            return None
+        image = tuple(sorted(int(sym.rank_map[s][d]) for d in rep_key[1]))
+        if image != tuple(sorted(key[1])):
+            return None
+        out[rep_key].append((key, s))
+    return dict(out)
+
+
+def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, list[tuple[tuple, int]]],
+                          classes: dict[tuple, float], options: SolverOptions, deadline: Deadline,
+                          progress: Progress, spread: float, excess_price: float):
+    from collc.synthesis.steady import RateSolution
+
+    net = problem.network
+    n_links_all = len(net.links)
+    # Link orbits: links the automorphisms map onto one another.
+    orbit_of = _link_orbits(sym.link_map)
+    used = sorted(set(net.used_links))
+    orbit_ids = sorted({int(orbit_of[l]) for l in used})
+    row_of_orbit = {o: i for i, o in enumerate(orbit_ids)}
+    orbit_size = np.zeros(len(orbit_ids))
+    for l in used:
+        orbit_size[row_of_orbit[int(orbit_of[l])]] += 1
+    link_row = np.full(n_links_all, -1)
+    for l in used:
+        link_row[l] = row_of_orbit[int(orbit_of[l])]
+    cap = np.array([net.links[l].capacity for l in range(n_links_all)])
+    reps = sorted(orbits)
+    weight = {key: len(orbits[key]) for key in reps}  # sources a representative stands for
+    n_cls, n_rows = len(reps), len(orbit_ids)
+    route_src = np.array([r.src for r in net.routes])
+    route_dst = np.array([r.dst for r in net.routes])
+    route_links = [r.links for r in net.routes]
+    route_time = np.array([r.seconds(problem.slot_bytes) for r in net.routes])
+    # Per route and link orbit: how many of the orbit's links the route crosses.
+    route_orbit_use: list[dict[int, int]] = []
+    for links in route_links:
+        use: dict[int, int] = defaultdict(int)
+        for l in links:
+            use[int(link_row[l])] += 1
+        route_orbit_use.append(use)
+
+    h = new_highs(options, max(0.05, deadline.remaining()))
+    h.addVar(0.0, INF)
+    h.changeColCost(0, 1.0)
+    for _ in range(n_rows):
+        h.addVar(0.0, INF)
+    h.changeColsCost(n_rows, np.arange(1, n_rows + 1, dtype=np.int32), np.full(n_rows, excess_price / n_rows))
+    for _ in range(n_cls):
+        h.addRow(1.0, 1.0, 0, np.array([], dtype=np.int32), np.array([], dtype=float))
+    for _ in range(n_rows):
+        h.addRow(-INF, 0.0, 1, np.array([0], dtype=np.int32), np.array([-1.0]))
+    for i in range(n_rows):
+        h.addRow(-INF, 0.0, 2, np.array([0, 1 + i], dtype=np.int32), np.array([-spread, -1.0]))
+    # Orbit row -> capacity of one of its links (all alike).
+    row_cap = np.zeros(n_rows)
+    for l in used:
+        row_cap[link_row[l]] = cap[l]
+    columns: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    scale = 1.0
+
+    def add_tree(g: int, routes: tuple[int, ...], depths: tuple[int, ...]) -> None:
+        if (g, routes) in seen:
+            return
+        seen.add((g, routes))
+        use: dict[int, float] = defaultdict(float)
+        for ri in routes:
+            for o, k in route_orbit_use[ri].items():
+                use[o] += k
+        rows_used = sorted(use)
+        vol = weight[reps[g]] * classes[reps[g]] / scale
+        coef = [vol * use[o] / (orbit_size[o] * row_cap[o]) for o in rows_used]
+        rows = [g] + [n_cls + o for o in rows_used] + [n_cls + n_rows + o for o in rows_used]
+        h.addCol(0.0, 0.0, INF, len(rows), np.array(rows, dtype=np.int32), np.array([1.0] + coef + coef))
+        columns.append((g, routes, depths))
+
+    nodes_of = [(key[0],) + tuple(d for d in key[1] if d != key[0]) for key in reps]
+    first = [(g, *arborescence(net, nodes_of[g], route_time, route_src, route_dst)) for g in range(n_cls)]
+    load = np.zeros(n_rows)
+    for g, routes, _ in first:
+        for ri in routes:
+            for o, k in route_orbit_use[ri].items():
+                load[o] += weight[reps[g]] * classes[reps[g]] * k / (orbit_size[o] * row_cap[o])
+    scale = float(load.max()) or 1.0
+    for g, routes, depths in first:
+        add_tree(g, routes, depths)
+
+    status = Status.OPTIMAL
+    rounds = 0
+    while True:
+        rounds += 1
+        deadline.work.pricing_rounds += 1
+        deadline.work.solves += 1
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and not deadline.expired:
+            h.clearSolver()
+            deadline.work.solves += 1
+            h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            from collc.synthesis.steady import NotApplicable
+
+            if h.getInfo().primal_solution_status != 2:
+                raise NotApplicable("the replicated steady-state LP found no solution")
+            status = Status.TIME_LIMIT
+            deadline.work.time_limit_fired = True
+            break
+        sol = h.getSolution()
+        t_value = h.getInfo().objective_function_value
+        duals = np.asarray(sol.row_dual)
+        class_dual = duals[:n_cls]
+        row_price = -(duals[n_cls:n_cls + n_rows] + duals[n_cls + n_rows:]) / (orbit_size * row_cap)
+        progress.stage(f"steady: replicated tree packing, round {rounds}")
+        progress.note(T=f"{t_value:.4f}", trees=len(columns))
+        link_price = np.zeros(n_links_all)
+        link_price[used] = row_price[link_row[used]]
+        route_price = np.array([link_price[list(ls)].sum() if ls else 0.0 for ls in route_links])
+        added = 0
+        lagrange = t_value
+        for g in range(n_cls):
+            volume = weight[reps[g]] * classes[reps[g]] / scale
+            cost = volume * route_price + 1e-9 * t_value * route_time / max(route_time.max(), 1e-30)
+            routes, depths = arborescence(net, nodes_of[g], cost, route_src, route_dst)
+            reduced = volume * float(route_price[list(routes)].sum()) - class_dual[g]
+            if reduced < -PRICING_TOLERANCE * t_value:
+                add_tree(g, routes, depths)
+                added += 1
+                lagrange += reduced
+        if not added or rounds >= MAX_PRICING_ROUNDS or (t_value - lagrange) <= PRICING_TOLERANCE * t_value:
+            break
+        if deadline.fired():
+            status = Status.TIME_LIMIT
+            break
+        h.setOptionValue("time_limit", h.getRunTime() + max(0.05, deadline.remaining()))
+    values = np.asarray(h.getSolution().col_value)
+    rep_shares: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], float]]] = defaultdict(list)
+    for j, (g, routes, depths) in enumerate(columns):
+        v = values[j + 1 + n_rows]
+        if v > 1e-9:
+            rep_shares[g].append((routes, depths, float(v)))
+    t_value = float(values[0]) * scale
+    shares: dict[tuple, list[tuple[tuple[int, ...], float]]] = {}
+    depth: dict[tuple[int, ...], tuple[int, ...]] = {}
+    loads = np.zeros(n_links_all)
+    padded = sym.routes.padded
+    for g, key in enumerate(reps):
+        for routes, depths, v in rep_shares[g]:
+            images = sym.route_images(routes)
+            if images is None:
+                from collc.synthesis.steady import NotApplicable
+
+                raise NotApplicable("an automorphism maps a tree's route to no route")
+            for cls, s in orbits[key]:
+                image = tuple(images[s].tolist())
+                shares.setdefault(cls, []).append((image, v))
+                depth[image] = depths
+                links = padded[images[s]].ravel()
+                links = links[links < n_links_all]
+                np.add.at(loads, links, v * classes[cls] / cap[links])
+    real = float(loads.max())
+    stats = SolveStats(h.getNumCol(), h.getNumRow(), deadline.elapsed())
+    return RateSolution(max(t_value, real), shares, depth, status, stats, "trees", replicated=len(reps))
+
+
+def _link_orbits(link_map: np.ndarray) -> np.ndarray:
+    """The smallest link of each link's orbit under the automorphisms in link_map."""
+    n = link_map.shape[1]
+    parent = np.arange(n)
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for row in link_map:
+        for a, b in zip(range(n), row.tolist()):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    return np.array([find(x) for x in range(n)])
+
+
+def arborescence(net: Network, nodes: tuple[int, ...], route_cost: np.ndarray, route_src: np.ndarray,
+                 route_dst: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The cheapest spanning tree over `nodes` rooted at nodes[0] (ties: the lower route
+    index): its routes, parents before children, and each receiver's depth."""
+    from collc.synthesis.steady import NotApplicable
+
+    n = len(nodes)
+    pos = np.full(net.ranks, -1)
+    pos[list(nodes)] = np.arange(n)
+    a, b = pos[route_src], pos[route_dst]
+    ok = np.flatnonzero((a >= 0) & (b >= 0))
+    order = ok[np.lexsort((ok, route_cost[ok]))]
+    pair = a[order] * n + b[order]
+    _, first = np.unique(pair, return_index=True)
+    chosen = order[first]
+    cost = np.full((n, n), np.inf)
+    best = np.full((n, n), -1, dtype=np.int64)
+    cost[a[chosen], b[chosen]] = route_cost[chosen]
+    best[a[chosen], b[chosen]] = chosen
+    try:
+        parent = min_arborescence(cost, 0)
+    except NoArborescence:
+        raise NotApplicable("a destination cannot be reached from its source through destinations only")
+    children: dict[int, list[int]] = defaultdict(list)
+    for v in range(1, n):
+        children[int(parent[v])].append(v)
+    routes, depths = [], []
+    frontier, d = [0], 0
+    while frontier:
+        d += 1
+        nxt = []
+        for u in frontier:
+            for v in sorted(children[u]):
+                routes.append(int(best[u, v]))
+                depths.append(d)
+                nxt.append(v)
+        frontier = nxt
+    return tuple(routes), tuple(depths)
+
+

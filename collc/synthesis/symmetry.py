@@ -1,0 +1,216 @@
+"""Symmetries of a topology: identical nodes and rails, found from its names and checked.
+
+Large clusters repeat themselves: node k+1 is wired like node k, rail i+1 like rail i.
+The steady-state method exploits that: it solves the rate LP for one source of every
+orbit of GPUs and replicates that source's trees to the others (collc.synthesis.steady).
+
+Finding automorphisms of a general graph is hard; finding the ones a cluster's
+description makes obvious is not. Node names carry indices (`node[3].g[5]`, `rail[5]`);
+a candidate automorphism adds 1 (modulo the index's range) to some of those index
+positions at once, and is kept only if it maps every node to a node of the same kind
+and every link to a link with the same bandwidth, latency and multiplicity. A candidate
+that fails costs nothing but the check, so the names only ever decide how much symmetry
+is found, never whether what is used is right.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from collc.ir.topology import Topology
+from collc.synthesis.network import Network
+
+_INDEX = re.compile(r"\[(\d+)\]")
+# Index positions of one range size tried together, at most (2^6 subsets).
+MAX_POSITIONS = 6
+
+
+@dataclass(frozen=True)
+class Symmetry:
+    """Automorphisms of a network's GPUs: for each GPU rank, one that maps its orbit's
+    representative to it, as permutations of ranks, links and routes."""
+
+    representative: np.ndarray  # rank -> the representative of its orbit
+    rank_map: np.ndarray  # (ranks, ranks): rank_map[s] maps representative[s] to s
+    link_map: np.ndarray  # (ranks, links): the same automorphism on links
+    routes: "_Routes"
+    generators: int
+
+    def route_images(self, routes: tuple[int, ...]) -> np.ndarray | None:
+        """(ranks, len(routes)): row s holds the images of `routes` under rank s's
+        automorphism; None where one image is not a route of the network."""
+        return self.routes.images(self.link_map, np.asarray(routes, dtype=np.int64))
+
+    @property
+    def representatives(self) -> list[int]:
+        return sorted(set(int(r) for r in self.representative))
+
+    def orbit(self, rep: int) -> list[int]:
+        return [int(s) for s in np.flatnonzero(self.representative == rep)]
+
+
+def find_symmetry(network: Network) -> Symmetry | None:
+    """The symmetry the topology's names suggest and its links confirm; None when no
+    candidate is an automorphism that also maps routes to routes."""
+    topo = network.topology
+    gens = generators(topo)
+    if not gens:
+        return None
+    node_index = {n.name: i for i, n in enumerate(topo.nodes)}
+    gpu_node = np.array([node_index[name] for name in network.gpu_names])
+    rank_of_node = np.full(len(topo.nodes), -1)
+    rank_of_node[gpu_node] = np.arange(network.ranks)
+    # Schreier trees: from every orbit's smallest rank, the generators reach the others.
+    n_nodes = len(topo.nodes)
+    ident = np.arange(n_nodes)
+    perm_of: dict[int, np.ndarray] = {}
+    representative = np.full(network.ranks, -1)
+    for start in range(network.ranks):
+        if representative[start] >= 0:
+            continue
+        perm_of[start] = ident
+        representative[start] = start
+        frontier = [start]
+        while frontier:
+            nxt = []
+            for s in frontier:
+                for g in gens:
+                    p = g[perm_of[s]]
+                    t = int(rank_of_node[p[gpu_node[start]]])
+                    if representative[t] < 0:
+                        representative[t] = start
+                        perm_of[t] = p
+                        nxt.append(t)
+            frontier = nxt
+    if len(set(representative.tolist())) == network.ranks:
+        return None
+    rank_map = np.stack([rank_of_node[perm_of[s][gpu_node]] for s in range(network.ranks)])
+    link_map = _link_maps(topo, network, perm_of)
+    routes = _Routes(network)
+    # Routes must map to routes (the network keeps a few paths per pair, chosen by a
+    # rule that names could break): checked here on the first ranks' routes, and again
+    # on every tree the steady-state method replicates.
+    if routes.images(link_map, np.arange(min(len(network.routes), 4096))) is None:
+        return None
+    return Symmetry(representative, rank_map, link_map, routes, len(gens))
+
+
+def generators(topo: Topology) -> list[np.ndarray]:
+    """Index shifts that are automorphisms, as permutations of node indices."""
+    names = [n.name for n in topo.nodes]
+    template: list[str] = []
+    values: list[tuple[int, ...]] = []
+    for name in names:
+        template.append(_INDEX.sub("[#]", name))
+        values.append(tuple(int(v) for v in _INDEX.findall(name)))
+    by_position: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for t, vs in zip(template, values):
+        for k, v in enumerate(vs):
+            by_position[(t, k)].add(v)
+    # Positions whose values are exactly 0..m-1, grouped by m: the candidates to shift.
+    by_range: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for pos, vs in sorted(by_position.items()):
+        m = len(vs)
+        if m > 1 and vs == set(range(m)):
+            by_range[m].append(pos)
+    index = {name: i for i, name in enumerate(names)}
+    check = _AutomorphismCheck(topo, index)
+    found: list[np.ndarray] = []
+    kept: list[frozenset] = []
+    for m, positions in sorted(by_range.items()):
+        positions = positions[:MAX_POSITIONS]
+        for size in range(1, len(positions) + 1):
+            for subset in combinations(positions, size):
+                chosen = frozenset(subset)
+                if any(k <= chosen for k in kept):
+                    continue  # a smaller shift already covers it
+                perm = _shift(names, template, values, chosen, m, index)
+                if perm is not None and check(perm):
+                    kept.append(chosen)
+                    found.append(perm)
+    return found
+
+
+def _shift(names: list[str], template: list[str], values: list[tuple[int, ...]], positions: frozenset,
+           m: int, index: dict[str, int]) -> np.ndarray | None:
+    perm = np.empty(len(names), dtype=np.int64)
+    for i, (t, vs) in enumerate(zip(template, values)):
+        if not any((t, k) in positions for k in range(len(vs))):
+            perm[i] = i
+            continue
+        new = [(v + 1) % m if (t, k) in positions else v for k, v in enumerate(vs)]
+        parts = t.split("[#]")
+        name = parts[0] + "".join(f"[{v}]{p}" for v, p in zip(new, parts[1:]))
+        j = index.get(name)
+        if j is None:
+            return None
+        perm[i] = j
+    if len(set(perm.tolist())) != len(perm):
+        return None
+    return perm
+
+
+class _AutomorphismCheck:
+    def __init__(self, topo: Topology, index: dict[str, int]):
+        self.kinds = [n.kind for n in topo.nodes]
+        self.gpu_rank = [n.rank for n in topo.nodes]
+        self.links = {(index[l.src], index[l.dst]): (l.bandwidth, l.latency, l.multiplicity) for l in topo.links}
+
+    def __call__(self, perm: np.ndarray) -> bool:
+        if any(self.kinds[int(perm[i])] != k for i, k in enumerate(self.kinds)):
+            return False
+        for (a, b), attrs in self.links.items():
+            if self.links.get((int(perm[a]), int(perm[b]))) != attrs:
+                return False
+        return True
+
+
+def _link_maps(topo: Topology, network: Network, perm_of: dict[int, np.ndarray]) -> np.ndarray:
+    node_index = {n.name: i for i, n in enumerate(topo.nodes)}
+    ends = np.array([(node_index[l.src], node_index[l.dst]) for l in network.links], dtype=np.int64)
+    n_nodes = len(topo.nodes)
+    # A link as the number src x n + dst: a sorted array finds the image's index.
+    code = ends[:, 0] * n_nodes + ends[:, 1]
+    order = np.argsort(code)
+    out = np.empty((network.ranks, len(network.links)), dtype=np.int64)
+    for s in range(network.ranks):
+        p = perm_of[s]
+        img = p[ends[:, 0]] * n_nodes + p[ends[:, 1]]
+        out[s] = order[np.searchsorted(code, img, sorter=order)]
+    return out
+
+
+class _Routes:
+    """Routes keyed by their links, to find the route a link permutation maps one to."""
+
+    def __init__(self, network: Network):
+        self.n_links = len(network.links)
+        self.width = max(len(r.links) for r in network.routes)
+        padded = np.full((len(network.routes), self.width), self.n_links, dtype=np.int64)
+        for r in network.routes:
+            padded[r.index, :len(r.links)] = r.links
+        self.padded = padded
+        code = self.codes(padded)
+        self.order = np.argsort(code)
+        self.sorted_code = code[self.order]
+
+    def codes(self, links: np.ndarray) -> np.ndarray:
+        base = self.n_links + 1
+        out = np.zeros(links.shape[:-1], dtype=np.int64)
+        for k in range(self.width):
+            out = out * base + links[..., k]
+        return out
+
+    def images(self, link_map: np.ndarray, routes: np.ndarray) -> np.ndarray | None:
+        """For every row of link_map, the routes `routes` map to (None if one is no route)."""
+        ext = np.concatenate([link_map, np.full((link_map.shape[0], 1), self.n_links)], axis=1)
+        img = self.codes(ext[:, self.padded[routes]])
+        pos = np.minimum(np.searchsorted(self.sorted_code, img), len(self.sorted_code) - 1)
+        if not np.array_equal(self.sorted_code[pos], img):
+            return None
+        return self.order[pos]

@@ -1,0 +1,99 @@
+"""Identical nodes: the symmetry found from names and checked on links, the rate LP
+solved once per orbit and replicated, and the replicated schedule verified."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import topos
+
+from collc.analysis import bounds
+from collc.ir import Link
+from collc.ir.collective import standard
+from collc.ir.topology import Topology
+from collc.synthesis.core import problem_for, realize
+from collc.synthesis.network import Network
+from collc.synthesis.plan import Status
+from collc.synthesis.problem import build_problem
+from collc.synthesis.progress import Progress
+from collc.synthesis.solver import Deadline, SolverOptions
+from collc.synthesis.steady import _replicated_rates, _tree_rates, pipelined_plan
+from collc.synthesis.symmetry import find_symmetry, generators
+from collc.synthesis.timing import DEFAULT_MODEL
+from collc.verify import verify
+
+MIB = 1 << 20
+
+
+def test_dgx_h100_nodes_and_rails_form_one_orbit():
+    net = Network(topos.dgx_h100(4))
+    sym = find_symmetry(net)
+    assert sym is not None and sym.representatives == [0]
+    # Each automorphism maps rank 0 to its rank, and every link to a link alike.
+    assert all(int(sym.rank_map[s][0]) == s for s in range(net.ranks))
+    for s in (5, 17, 31):
+        for l, img in enumerate(sym.link_map[s]):
+            a, b = net.links[l], net.links[int(img)]
+            assert (a.bandwidth, a.latency, a.multiplicity) == (b.bandwidth, b.latency, b.multiplicity)
+
+
+def test_no_symmetry_is_claimed_where_links_differ():
+    topo = topos.dgx_h100(2)
+    # Slow down one NIC uplink of node 1: shifting nodes is no longer an automorphism.
+    links = tuple(Link(l.src, l.dst, l.bandwidth / 2, l.latency, l.multiplicity)
+                  if (l.src, l.dst) == ("node[1].hca[3]", "rail[3]") else l for l in topo.links)
+    odd = Topology(topo.name, topo.nodes, links, topo.description)
+    assert len(generators(topo)) == 2
+    assert generators(odd) == []
+    assert find_symmetry(Network(odd)) is None
+    assert find_symmetry(Network(topos.dgx1())) is None
+
+
+def test_replicated_rates_match_the_full_lp_and_the_schedule_verifies():
+    topo = topos.dgx_h100(2)
+    coll = standard("allgather", topo.num_ranks)
+    problem = build_problem(coll, Network(topo), 256 * MIB)
+    rates = _replicated_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
+    assert rates is not None and rates.replicated == 1 and rates.status is Status.OPTIMAL
+    full = _tree_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
+    assert rates.seconds == pytest.approx(full.seconds, rel=1e-6)
+    bound = bounds.lower_bounds(topo, coll, 256 * MIB).best_s
+    assert rates.seconds == pytest.approx(bound, rel=1e-6)
+    # Every source has its representative's trees, mapped onto its own node and rail.
+    assert len(rates.shares) == topo.num_ranks
+    for (root, _), structures in rates.shares.items():
+        for routes, _ in structures:
+            assert problem.network.routes[routes[0]].src == root
+    # Pipelined over 32 chunks per rank: correct, and near the bound (on 2 nodes
+    # NVSwitch ingress, saturated, decides T: the hardest case for pipelining).
+    fine = problem_for(problem.network, coll, 256 * MIB, 32)
+    cand = realize(pipelined_plan(fine, rates), DEFAULT_MODEL)
+    verify(_schedule(cand, topo), topo)
+    assert cand.estimate_s <= bound * 1.12
+
+
+def _schedule(cand, topo):
+    from collc.ir.schedule import Schedule
+
+    return Schedule("replicated", cand.plan.problem.collective, topo.name, cand.ops.ops, cand.ops.scratch, {})
+
+
+def test_cut_search_over_orbits_finds_the_exhaustive_bound(monkeypatch):
+    topo = topos.dgx_h100(4)
+    coll = standard("allgather", topo.num_ranks)
+    fast = bounds.lower_bounds(topo, coll, 256 * MIB)
+    import collc.synthesis.symmetry as symmetry
+
+    monkeypatch.setattr(symmetry, "generators", lambda t: [])
+    bounds._lower_bounds.cache_clear()
+    slow = bounds.lower_bounds(topo, coll, 256 * MIB)
+    assert fast.cut_s == pytest.approx(slow.cut_s, rel=1e-12)
+    assert np.isclose(fast.best_s, slow.best_s)
+
+
+def test_a_rooted_collective_keeps_every_flow_search():
+    topo = topos.dgx_h100(2)
+    model = bounds._CutModel(topo, bounds.disjoint_requirements(
+        bounds.requirements(standard("broadcast", topo.num_ranks, root=0))), 1.0)
+    # The root breaks the symmetry: no GPU may stand for another.
+    assert len(model._orbit_representatives()) == topo.num_ranks
