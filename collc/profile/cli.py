@@ -216,7 +216,7 @@ def _print_model(console, model) -> None:
     table.add_column("schedules")
     table.add_column("time", justify="right")
     table.add_column("vs baseline", justify="right")
-    table.add_row("NCCL-style baseline (best of ring/tree)", _time(base), "1.00x")
+    table.add_row("NCCL-style baseline (best stdlib algorithm)", _time(base), "1.00x")
     table.add_row("collc's synthesized schedules", _time(collc), f"{base / collc:.2f}x" if collc else "-")
     table.add_row("lower bound", _time(bound), f"{base / bound:.2f}x" if bound else "-")
     console.print(table)

@@ -64,3 +64,20 @@ def test_checking_the_whole_stdlib_is_fast():
     # bench/bench_frontend.py measures it properly; this guards against regressions
     # of an order of magnitude on a loaded machine.
     assert time.perf_counter() - t < 5.0
+
+
+@pytest.mark.parametrize("n, chunks", [(2, 1), (5, 2), (8, 1)])
+def test_direct_alltoall_sends_every_block_straight_to_its_owner(n, chunks):
+    topo = fe.resolve_topology(f"switch(n={n})")
+    sched = fe.instantiate_algorithm("direct", topo, fe.resolve_collective(f"alltoall(chunks={chunks})", n))
+    verify(sched, topo)
+    assert len(sched.ops) == n * n * chunks and sched.num_steps == 1  # all in flight at once
+    assert all(op.dst.index == op.src.rank * chunks + op.src.index % chunks for op in sched.ops)
+
+
+def test_direct_alltoall_is_refused_where_a_pair_has_no_switch_path():
+    # dgx1 is a GPU mesh: g[0] and g[5] share no link and no switch (NCCL relays there).
+    from collc.diagnostics import CollcError
+
+    with pytest.raises(CollcError, match="no path joins them through switches"):
+        fe.instantiate_algorithm("direct", fe.resolve_topology("dgx1"), fe.resolve_collective("alltoall", 8))
