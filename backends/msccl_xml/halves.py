@@ -35,6 +35,8 @@ class Halves:
     sole_readers: dict[int, int]
     # Per rank: (i_chunks, o_chunks, s_chunks) as the program names them.
     buffers: tuple[tuple[int, int, int], ...]
+    # (receive half, send half) fusion candidates (`channels.fusion_candidates`), found once.
+    candidates: tuple[tuple[int, int], ...]
 
 
 def buffer_sizes(schedule: Schedule, inplace: bool, instances: int) -> tuple[tuple[int, int, int], ...]:
@@ -78,13 +80,16 @@ def split_schedule(schedule: Schedule, inplace: bool = False, instances: int = 1
             for j in range(instances):
                 _add_halves(halves, op, pos, piece, count, j, slot)
     preds, sole_readers = _slot_analysis(halves, _required_slots(schedule.collective, inplace, slot))
-    return Halves(_forwards_first(halves, preds), preds, sole_readers, buffer_sizes(schedule, inplace, instances))
+    # Kinds, slots and counts do not change below, so neither do the candidates.
+    candidates = tuple(fusion_candidates(tuple(halves), preds))
+    return Halves(_forwards_first(halves, candidates), preds, sole_readers,
+                  buffer_sizes(schedule, inplace, instances), candidates)
 
 
-def _forwards_first(halves: list[Half], preds: tuple[tuple[int, ...], ...]) -> tuple[Half, ...]:
+def _forwards_first(halves: list[Half], candidates: tuple[tuple[int, int], ...]) -> tuple[Half, ...]:
     """Give both halves of every transfer its place among the messages of its step:
     forwards first, in the order of what they forward (see `HalfKey`)."""
-    forwarded = {b: a for a, b in fusion_candidates(tuple(halves), preds)}  # send -> receive it forwards
+    forwarded = {b: a for a, b in candidates}  # send -> receive it forwards
     by_step: dict[int, list[Half]] = {}
     for h in halves:
         if h.kind is HalfKind.SEND:
