@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock
+from collc.backends.msccl_xml.program import Half, HalfKey, HalfKind, LStep, LThreadblock
 from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
@@ -285,10 +285,17 @@ def _largest(per_rank: list[list[_Tb]], halves: tuple[Half, ...], candidates: li
 
 
 def _finish(tbs: list[_Tb], halves: tuple[Half, ...]) -> tuple[LThreadblock, ...]:
-    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, min((halves[h].key for h in tb.halves),
-                                                                          default=())))
+    def key(h: int) -> HalfKey:
+        return halves[h].key
+
+    for tb in tbs:
+        tb.halves.sort(key=key)
+    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, key(tb.halves[0]) if tb.halves else ()))
     out = []
     for i, tb in enumerate(ordered):
-        steps = tuple(LStep(halves[h].kind.step_type, (h,)) for h in sorted(tb.halves, key=lambda h: halves[h].key))
+        steps = tuple(LStep(_STEP_TYPE[halves[h].kind], (h,)) for h in tb.halves)
         out.append(LThreadblock(i, tb.send, tb.recv, tb.chan, steps))
     return tuple(out)
+
+
+_STEP_TYPE = {kind: kind.step_type for kind in HalfKind}
