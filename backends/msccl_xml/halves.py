@@ -118,8 +118,8 @@ def _forwards_first(halves: list[Half], candidates: tuple[tuple[int, int], ...])
 
 
 def _add_halves(out: list[Half], op: Op, pos: int, piece: int, count: int, instance: int, slot: _SlotMap) -> None:
-    src = slot(op.src.shifted(piece), instance)
-    dst = slot(op.dst.shifted(piece), instance)
+    src = slot(op.src.shifted(piece) if piece else op.src, instance)
+    dst = slot(op.dst.shifted(piece) if piece else op.dst, instance)
 
     def key(phase: int) -> HalfKey:
         return HalfKey(op.step, phase, 0, -1, pos, piece, instance)

@@ -127,6 +127,8 @@ class Half:
 
 
 def _range(slot: Slot, count: int) -> list[Slot]:
+    if count == 1:  # most halves: no new Slot
+        return [slot]
     return [Slot(slot.buffer, slot.index + k) for k in range(count)]
 
 

@@ -49,6 +49,7 @@ TB_ATTRS = frozenset({"id", "send", "recv", "chan"})
 STEP_ATTRS = frozenset({"s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep"})
 
 _INT = re.compile(r"[+-]?[0-9]+")
+_LEADING_ZERO = re.compile(r"[+-]?0[0-9]+")
 # The executor's XML parser keeps the first 16 attributes of an element and drops the
 # rest (MSCCL_MAX_ATTR_COUNT in msccl_parser.h).
 MAX_ATTRS = 16
@@ -155,12 +156,13 @@ class _Reader:
 
     def integer(self, element: _Element, name: str, *, minimum: int | None = None) -> int:
         raw = self.text(element, name)
-        if not _INT.fullmatch(raw.strip()):
+        stripped = raw.strip()
+        if not _INT.fullmatch(stripped):
             raise CollcError(f"<{element.tag}> attribute {name}=\"{raw}\" is not an integer", self.span(element))
-        if re.fullmatch(r"[+-]?0[0-9]+", raw.strip()):
+        if _LEADING_ZERO.fullmatch(stripped):
             raise CollcError(f"<{element.tag}> attribute {name}=\"{raw}\" has a leading zero, which the executor "
                              "reads as an octal number; write it without", self.span(element))
-        value = int(raw.strip())
+        value = int(stripped)
         if minimum is not None and value < minimum:
             raise CollcError(f"<{element.tag}> attribute {name}={value} must be at least {minimum}",
                              self.span(element))
