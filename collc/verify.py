@@ -289,7 +289,7 @@ def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _C
                         op.origin)
             else:
                 new = v
-            if order is not None:
+            if order is not None and not _obviously_ordered(op, src, dst, writer, readers):
                 _check_race(op, src, dst, writer, readers, order)
             state[dst] = new
             writer[dst] = op.id
@@ -302,6 +302,20 @@ def execute(schedule: Schedule, check_races: bool = True) -> dict[Loc, Value]:
     """Run the ops symbolically; return the final value of every written or initial slot."""
     state, codec = _execute(schedule, check_races)
     return {_as_loc(loc): codec.decode(bits) for loc, bits in state.items()}
+
+
+def _obviously_ordered(op: Op, src: Loc | SlotKey, dst: Loc | SlotKey, writer: dict[Loc, int],
+                       readers: dict[Loc, list[int]]) -> bool:
+    """True when every earlier access `_check_race` would check is a direct dependency
+    of `op` (or `op` itself): the common case, decided without searching the DAG."""
+    deps, me = op.deps, op.id
+    w = writer.get(src)
+    if w is not None and w != me and w not in deps:
+        return False
+    w = writer.get(dst)
+    if w is not None and w not in deps:
+        return False
+    return all(r == me or r in deps for r in readers.get(dst, ()))
 
 
 def _check_race(op: Op, src: Loc | SlotKey, dst: Loc | SlotKey, writer: dict[Loc, int],

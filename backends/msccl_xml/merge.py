@@ -72,7 +72,8 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
         for piece, offset in enumerate(range(0, total, max_count)):
             # Op(...) rather than dataclasses.replace: this runs once per op (~10x faster).
             placed.append((first.step, pos, piece, Op(
-                ids[piece], first.kind, first.src.shifted(offset), first.dst.shifted(offset),
+                ids[piece], first.kind, first.src.shifted(offset) if offset else first.src,
+                first.dst.shifted(offset) if offset else first.dst,
                 min(max_count, total - offset), tuple(deps), first.step, first.route, first.origin)))
     ops = [op for _, _, _, op in sorted(placed, key=lambda t: t[:3])]
     return replace(schedule, ops=tuple(ops))
