@@ -36,6 +36,9 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
             f"{topology.num_ranks} GPUs")
     position: dict[int, int] = {}
     unused = {r for r, buf in enumerate(schedule.collective.outputs) if all(v is None for v in buf)}
+    # Looked up once per op, so computed once per schedule.
+    sizes = {(r, b): buffer_size(schedule, r, b) for r in range(ranks) for b in Buffer}
+    reach: dict[int, frozenset[int]] | None = None  # found at the first unrouted transfer
     for pos, op in enumerate(schedule.ops):
         if op.id in position:
             raise ScheduleError(f"op {op.id} appears twice in schedule '{schedule.name}'", op.origin)
@@ -57,7 +60,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
         for loc in (op.src, op.dst):
             if not 0 <= loc.rank < ranks:
                 raise ScheduleError(f"op {op.id} names rank {loc.rank}, but there are {ranks} ranks", op.origin)
-            size = buffer_size(schedule, loc.rank, loc.buffer)
+            size = sizes[(loc.rank, loc.buffer)]
             if loc.index < 0 or loc.index + op.count > size:
                 raise ScheduleError(
                     f"op {op.id} touches rank {loc.rank} {loc.buffer.label}[{loc.index}"
@@ -68,7 +71,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
         if topology is not None and op.is_transfer:
             if op.route:
                 _check_route(op, topology)
-            elif op.dst.rank not in _direct_reach(topology)[op.src.rank]:
+            elif op.dst.rank not in (reach := reach or _direct_reach(topology))[op.src.rank]:
                 src, dst = topology.gpu(op.src.rank).name, topology.gpu(op.dst.rank).name
                 raise ScheduleError(
                     f"op {op.id} sends from {src} to {dst}, but no path joins them through switches and NICs "
