@@ -137,17 +137,21 @@ def _concurrent_transfers(schedule: Schedule) -> bool:
     return False
 
 
-def baselines_for(job: CompileJob, schedule: Schedule | None = None) -> list[Baseline]:
+def baselines_for(job: CompileJob, schedule: Schedule | None = None,
+                  schedule_time_s: float | None = None) -> list[Baseline]:
     """The stdlib's hand-written algorithms for this collective, timed on the same model.
-    `schedule`, the job's own when it is one of them, is reused rather than rebuilt."""
+    `schedule`, the job's own when it is one of them, is reused rather than rebuilt, and
+    so is its simulated time `schedule_time_s` when the caller has it."""
     out = []
     for name in frontend.algorithms_for(job.collective.name):
         try:
             if _is_stdlib_instance(schedule, name) and schedule.collective == job.collective:
-                sched = schedule
+                t = (schedule_time_s if schedule_time_s is not None
+                     else simulate(schedule, job.topology, job.size_bytes).time_s)
             else:
                 sched = frontend.instantiate_algorithm(name, job.topology, job.collective)
-            out.append(Baseline(name, baseline_time(sched, job.topology, job.size_bytes)))
+                t = baseline_time(sched, job.topology, job.size_bytes)
+            out.append(Baseline(name, t))
         except CollcError as exc:
             out.append(Baseline(name, None, exc.message))
     return out
@@ -215,7 +219,7 @@ def make_report(job: CompileJob, unit: CompileUnit, solver: dict[str, Any] | Non
     return build_report(
         collective=schedule.collective, requested=job.collective, topology_name=job.topology.name,
         size_bytes=job.size_bytes, time_s=sim.time_s, bounds=bounds, solver=solver,
-        baselines=baselines_for(job, schedule) if with_baselines else [], schedule_stats=stats,
+        baselines=baselines_for(job, schedule, sim.time_s) if with_baselines else [], schedule_stats=stats,
         link_utilization=util, outputs=[str(p) for p in outputs], backend=backend)
 
 

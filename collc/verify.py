@@ -36,6 +36,9 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
             f"{topology.num_ranks} GPUs")
     position: dict[int, int] = {}
     unused = {r for r, buf in enumerate(schedule.collective.outputs) if all(v is None for v in buf)}
+    # Looked up once per op, so computed once per schedule.
+    sizes = {(r, b): buffer_size(schedule, r, b) for r in range(ranks) for b in Buffer}
+    reach: dict[int, frozenset[int]] | None = None  # found at the first unrouted transfer
     for pos, op in enumerate(schedule.ops):
         if op.id in position:
             raise ScheduleError(f"op {op.id} appears twice in schedule '{schedule.name}'", op.origin)
@@ -57,7 +60,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
         for loc in (op.src, op.dst):
             if not 0 <= loc.rank < ranks:
                 raise ScheduleError(f"op {op.id} names rank {loc.rank}, but there are {ranks} ranks", op.origin)
-            size = buffer_size(schedule, loc.rank, loc.buffer)
+            size = sizes[(loc.rank, loc.buffer)]
             if loc.index < 0 or loc.index + op.count > size:
                 raise ScheduleError(
                     f"op {op.id} touches rank {loc.rank} {loc.buffer.label}[{loc.index}"
@@ -68,7 +71,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
         if topology is not None and op.is_transfer:
             if op.route:
                 _check_route(op, topology)
-            elif op.dst.rank not in _direct_reach(topology)[op.src.rank]:
+            elif op.dst.rank not in (reach := reach or _direct_reach(topology))[op.src.rank]:
                 src, dst = topology.gpu(op.src.rank).name, topology.gpu(op.dst.rank).name
                 raise ScheduleError(
                     f"op {op.id} sends from {src} to {dst}, but no path joins them through switches and NICs "
@@ -241,6 +244,24 @@ def _slot_pairs(op: Op) -> list[tuple[Loc, Loc]]:
     return op.slots()
 
 
+# Slots of a multi-slot op as plain (rank, buffer, index) tuples: they hash and compare
+# equal to the `Loc`s of the same slot, so one dict holds both, and a tuple display costs
+# a fraction of a NamedTuple's __new__ (the verifier touches every slot of every op).
+# Error messages turn them back into `Loc`s (`_as_loc`).
+SlotKey = tuple[int, Buffer, int]
+
+
+def _slot_keys(op: Op) -> list[tuple[Loc, Loc]] | list[tuple[SlotKey, SlotKey]]:
+    if op.count == 1:
+        return [(op.src, op.dst)]
+    (a, sb, si), (b, db, di) = op.src, op.dst
+    return [((a, sb, si + k), (b, db, di + k)) for k in range(op.count)]
+
+
+def _as_loc(key: Loc | SlotKey) -> Loc:
+    return key if isinstance(key, Loc) else Loc(*key)
+
+
 def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _Codec]:
     coll = schedule.collective
     codec = _Codec()
@@ -253,24 +274,25 @@ def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _C
     readers: dict[Loc, list[int]] = {}  # ops that read it since that write
     reduce = OpKind.REDUCE
     for op in schedule.ops:
-        for src, dst in _slot_pairs(op):
+        for src, dst in _slot_keys(op):
             v = state.get(src)
             if v is None:
-                raise ScheduleError(f"op {op.id} reads {src}, which holds nothing at that point", op.origin)
+                raise ScheduleError(f"op {op.id} reads {_as_loc(src)}, which holds nothing at that point",
+                                    op.origin)
             if op.kind is reduce:
                 cur = state.get(dst)
                 if cur is None:
                     raise ScheduleError(
-                        f"op {op.id} reduces into {dst}, which holds nothing at that point", op.origin)
+                        f"op {op.id} reduces into {_as_loc(dst)}, which holds nothing at that point", op.origin)
                 new, twice = _union(cur, v)
                 if twice:
                     raise ScheduleError(
-                        f"op {op.id} reduces {value_str(codec.decode(v))} into {dst}, which already holds "
+                        f"op {op.id} reduces {value_str(codec.decode(v))} into {_as_loc(dst)}, which already holds "
                         f"{value_str(codec.decode(cur))}: {value_str(codec.decode(twice))} would be counted twice",
                         op.origin)
             else:
                 new = v
-            if order is not None:
+            if order is not None and not _obviously_ordered(op, src, dst, writer, readers):
                 _check_race(op, src, dst, writer, readers, order)
             state[dst] = new
             writer[dst] = op.id
@@ -282,23 +304,38 @@ def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _C
 def execute(schedule: Schedule, check_races: bool = True) -> dict[Loc, Value]:
     """Run the ops symbolically; return the final value of every written or initial slot."""
     state, codec = _execute(schedule, check_races)
-    return {loc: codec.decode(bits) for loc, bits in state.items()}
+    return {_as_loc(loc): codec.decode(bits) for loc, bits in state.items()}
 
 
-def _check_race(op: Op, src: Loc, dst: Loc, writer: dict[Loc, int], readers: dict[Loc, list[int]],
-                order: _Order) -> None:
+def _obviously_ordered(op: Op, src: Loc | SlotKey, dst: Loc | SlotKey, writer: dict[Loc, int],
+                       readers: dict[Loc, list[int]]) -> bool:
+    """True when every earlier access `_check_race` would check is a direct dependency
+    of `op` (or `op` itself): the common case, decided without searching the DAG."""
+    deps, me = op.deps, op.id
+    w = writer.get(src)
+    if w is not None and w != me and w not in deps:
+        return False
+    w = writer.get(dst)
+    if w is not None and w not in deps:
+        return False
+    return all(r == me or r in deps for r in readers.get(dst, ()))
+
+
+def _check_race(op: Op, src: Loc | SlotKey, dst: Loc | SlotKey, writer: dict[Loc, int],
+                readers: dict[Loc, list[int]], order: _Order) -> None:
     w = writer.get(src)
     if w is not None and w != op.id and not order.before(w, op.id):
         raise ScheduleError(
-            f"op {op.id} reads {src}, written by op {w}, without depending on it (a race)", op.origin)
+            f"op {op.id} reads {_as_loc(src)}, written by op {w}, without depending on it (a race)", op.origin)
     w = writer.get(dst)
     if w is not None and not order.before(w, op.id):
         raise ScheduleError(
-            f"op {op.id} writes {dst}, also written by op {w}, without depending on it (a race)", op.origin)
+            f"op {op.id} writes {_as_loc(dst)}, also written by op {w}, without depending on it (a race)",
+            op.origin)
     for r in readers.get(dst, ()):
         if r != op.id and not order.before(r, op.id):
             raise ScheduleError(
-                f"op {op.id} overwrites {dst} while op {r} may still be reading it (a race)", op.origin)
+                f"op {op.id} overwrites {_as_loc(dst)} while op {r} may still be reading it (a race)", op.origin)
 
 
 def check_postcondition(schedule: Schedule, state: dict[Loc, Value]) -> None:

@@ -23,11 +23,12 @@ peer. The plan:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
 
-from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock
+from collc.backends.msccl_xml.program import Half, HalfKey, HalfKind, LStep, LThreadblock
 from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
@@ -87,10 +88,13 @@ def channel_counts(halves: tuple[Half, ...], instances: int, channels: int, max_
 
 
 def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
-                      c: int, max_steps: int) -> TbPlan | None:
+                      c: int, max_steps: int, candidates: Sequence[tuple[int, int]] | None = None
+                      ) -> TbPlan | None:
     """Threadblocks for every rank with `c` channels per instance, or None when the
-    per-channel limits cannot hold."""
-    candidates = fusion_candidates(halves, preds)
+    per-channel limits cannot hold. `candidates`: the halves' fusion candidates, where
+    the caller has them (they do not depend on the channel count)."""
+    if candidates is None:
+        candidates = fusion_candidates(halves, preds)
     base = _assign_channels(halves, _chains(halves, candidates), c)
     if base is None:
         return None
@@ -107,20 +111,33 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
-def _chains(halves: tuple[Half, ...], candidates: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    """Transfers of instance 0, as (position, piece), grouped into chains in time order."""
-    g = nx.Graph()
+def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Transfers of instance 0, as (position, piece), grouped into chains in time order.
+
+    The chains are the connected components of the candidate links, found with a
+    union-find (linear; a networkx graph of 130,000 transfers took seconds)."""
     first: dict[tuple[int, int], tuple] = {}
     for h in halves:
         if h.kind is HalfKind.SEND and h.instance == 0:
-            t = (h.key.position, h.key.piece)
-            g.add_node(t)
-            first[t] = h.key.message
+            first[(h.key.position, h.key.piece)] = h.key.message
+    parent: dict[tuple[int, int], tuple[int, int]] = {t: t for t in first}
+
+    def root(t: tuple[int, int]) -> tuple[int, int]:
+        while parent[t] != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+
     for a, b in candidates:
         ha, hb = halves[a], halves[b]
         if ha.instance == 0:
-            g.add_edge((ha.key.position, ha.key.piece), (hb.key.position, hb.key.piece))
-    chains = [sorted(c, key=lambda t: first[t]) for c in nx.connected_components(g)]
+            ra, rb = root((ha.key.position, ha.key.piece)), root((hb.key.position, hb.key.piece))
+            if ra != rb:
+                parent[ra] = rb
+    members: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for t in first:
+        members[root(t)].append(t)
+    chains = [sorted(c, key=lambda t: first[t]) for c in members.values()]
     chains.sort(key=lambda c: first[c[0]])
     return chains
 
@@ -268,10 +285,17 @@ def _largest(per_rank: list[list[_Tb]], halves: tuple[Half, ...], candidates: li
 
 
 def _finish(tbs: list[_Tb], halves: tuple[Half, ...]) -> tuple[LThreadblock, ...]:
-    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, min((halves[h].key for h in tb.halves),
-                                                                          default=())))
+    def key(h: int) -> HalfKey:
+        return halves[h].key
+
+    for tb in tbs:
+        tb.halves.sort(key=key)
+    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, key(tb.halves[0]) if tb.halves else ()))
     out = []
     for i, tb in enumerate(ordered):
-        steps = tuple(LStep(halves[h].kind.step_type, (h,)) for h in sorted(tb.halves, key=lambda h: halves[h].key))
+        steps = tuple(LStep(_STEP_TYPE[halves[h].kind], (h,)) for h in tb.halves)
         out.append(LThreadblock(i, tb.send, tb.recv, tb.chan, steps))
     return tuple(out)
+
+
+_STEP_TYPE = {kind: kind.step_type for kind in HalfKind}

@@ -35,6 +35,8 @@ class Halves:
     sole_readers: dict[int, int]
     # Per rank: (i_chunks, o_chunks, s_chunks) as the program names them.
     buffers: tuple[tuple[int, int, int], ...]
+    # (receive half, send half) fusion candidates (`channels.fusion_candidates`), found once.
+    candidates: tuple[tuple[int, int], ...]
 
 
 def buffer_sizes(schedule: Schedule, inplace: bool, instances: int) -> tuple[tuple[int, int, int], ...]:
@@ -78,13 +80,16 @@ def split_schedule(schedule: Schedule, inplace: bool = False, instances: int = 1
             for j in range(instances):
                 _add_halves(halves, op, pos, piece, count, j, slot)
     preds, sole_readers = _slot_analysis(halves, _required_slots(schedule.collective, inplace, slot))
-    return Halves(_forwards_first(halves, preds), preds, sole_readers, buffer_sizes(schedule, inplace, instances))
+    # Kinds, slots and counts do not change below, so neither do the candidates.
+    candidates = tuple(fusion_candidates(tuple(halves), preds))
+    return Halves(_forwards_first(halves, candidates), preds, sole_readers,
+                  buffer_sizes(schedule, inplace, instances), candidates)
 
 
-def _forwards_first(halves: list[Half], preds: tuple[tuple[int, ...], ...]) -> tuple[Half, ...]:
+def _forwards_first(halves: list[Half], candidates: tuple[tuple[int, int], ...]) -> tuple[Half, ...]:
     """Give both halves of every transfer its place among the messages of its step:
     forwards first, in the order of what they forward (see `HalfKey`)."""
-    forwarded = {b: a for a, b in fusion_candidates(tuple(halves), preds)}  # send -> receive it forwards
+    forwarded = {b: a for a, b in candidates}  # send -> receive it forwards
     by_step: dict[int, list[Half]] = {}
     for h in halves:
         if h.kind is HalfKind.SEND:
@@ -100,20 +105,21 @@ def _forwards_first(halves: list[Half], preds: tuple[tuple[int, ...], ...]) -> t
             order[h.id] = (1, -1) if a is None else (0, rank[transfer_of_receive[a]])
         for h in sorted(by_step[step], key=lambda h: (order[h.id], h.key.position, h.key.piece, h.key.instance)):
             rank[h.id] = len(rank)
-    out = []
+    send = HalfKind.SEND
     for h in halves:
-        k = h.key
-        if h.is_local:
-            out.append(h)
+        if h.peer < 0:  # local
             continue
-        fresh, origin = order[h.id if h.kind is HalfKind.SEND else transfer_of_receive[h.id]]
-        out.append(h.placed(key=HalfKey(k.step, k.phase, fresh, origin, k.position, k.piece, k.instance)))
-    return tuple(out)
+        fresh, origin = order[h.id if h.kind is send else transfer_of_receive[h.id]]
+        k = h.key
+        # The halves are split_schedule's own until it returns them, so the key is
+        # completed in place rather than by copying 260,000 frozen halves at 256 ranks.
+        object.__setattr__(h, "key", HalfKey(k.step, k.phase, fresh, origin, k.position, k.piece, k.instance))
+    return tuple(halves)
 
 
 def _add_halves(out: list[Half], op: Op, pos: int, piece: int, count: int, instance: int, slot: _SlotMap) -> None:
-    src = slot(op.src.shifted(piece), instance)
-    dst = slot(op.dst.shifted(piece), instance)
+    src = slot(op.src.shifted(piece) if piece else op.src, instance)
+    dst = slot(op.dst.shifted(piece) if piece else op.dst, instance)
 
     def key(phase: int) -> HalfKey:
         return HalfKey(op.step, phase, 0, -1, pos, piece, instance)
@@ -159,25 +165,31 @@ def _slot_analysis(halves: list[Half], required: set[tuple[int, Slot]]
         if halves[w].kind is HalfKind.RECV_REDUCE:
             uses.setdefault(w, []).append((readers.get(where, []), overwritten, where in required))
 
+    writer_of, readers_of = writer.get, readers.get  # bound once: this loop runs per slot access
     for h in halves:
-        mine = preds[h.id]
+        hid, rank = h.id, h.rank
+        mine = preds[hid]
         for s in h.reads():
-            where = (h.rank, s)
-            w = writer.get(where)
-            if w is not None and w != h.id and w not in mine:
+            where = (rank, s)
+            w = writer_of(where)
+            if w is not None and w != hid and w not in mine:
                 mine.append(w)
-            readers.setdefault(where, []).append(h.id)
+            seen = readers_of(where)
+            if seen is None:
+                readers[where] = [hid]
+            else:
+                seen.append(hid)
         for s in h.writes():
-            where = (h.rank, s)
-            w = writer.get(where)
-            if w is not None and w != h.id and w not in mine:
+            where = (rank, s)
+            w = writer_of(where)
+            if w is not None and w != hid and w not in mine:
                 mine.append(w)
-            for r in readers.get(where, ()):
-                if r != h.id and r not in mine:
+            for r in readers_of(where, ()):
+                if r != hid and r not in mine:
                     mine.append(r)
             if w is not None:
                 close(w, where, overwritten=True)
-            writer[where] = h.id
+            writer[where] = hid
             readers[where] = []
     for where, w in writer.items():
         close(w, where, overwritten=False)

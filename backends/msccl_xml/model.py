@@ -21,20 +21,27 @@ class StepType(str, Enum):
     REDUCE = "re"
     NOP = "nop"
 
+    # Sets rather than tuples: a tuple test compares with == member by member, and the
+    # simulator asks these per step.
     @property
     def sends(self) -> bool:
-        return self in (StepType.SEND, StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_SEND,
-                        StepType.RECV_REDUCE_COPY_SEND)
+        return self in _SENDS
 
     @property
     def receives(self) -> bool:
-        return self in (StepType.RECV, StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_SEND,
-                        StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_COPY_SEND)
+        return self in _RECEIVES
 
     @property
     def reduces(self) -> bool:
-        return self in (StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY,
-                        StepType.RECV_REDUCE_COPY_SEND, StepType.REDUCE)
+        return self in _REDUCES
+
+
+_SENDS = frozenset((StepType.SEND, StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_SEND,
+                    StepType.RECV_REDUCE_COPY_SEND))
+_RECEIVES = frozenset((StepType.RECV, StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_SEND,
+                       StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_COPY_SEND))
+_REDUCES = frozenset((StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_COPY_SEND,
+                      StepType.REDUCE))
 
 
 class BufferName(str, Enum):

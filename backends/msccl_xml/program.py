@@ -40,7 +40,7 @@ class HalfKind(str, Enum):
 
     @property
     def receives(self) -> bool:
-        return self in (HalfKind.RECV, HalfKind.RECV_REDUCE)
+        return self is HalfKind.RECV or self is HalfKind.RECV_REDUCE  # asked per half: no tuple test
 
     @property
     def step_type(self) -> StepType:
@@ -127,6 +127,8 @@ class Half:
 
 
 def _range(slot: Slot, count: int) -> list[Slot]:
+    if count == 1:  # most halves: no new Slot
+        return [slot]
     return [Slot(slot.buffer, slot.index + k) for k in range(count)]
 
 

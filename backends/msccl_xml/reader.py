@@ -52,6 +52,7 @@ STEP_ATTRS = frozenset({"s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cn
 _INT = re.compile(r"[+-]?[0-9]+")
 # Digits of the largest integer an attribute may hold (the executor's are 64-bit).
 MAX_DIGITS = 19
+_LEADING_ZERO = re.compile(r"[+-]?0[0-9]+")
 # The executor's XML parser keeps the first 16 attributes of an element and drops the
 # rest (MSCCL_MAX_ATTR_COUNT in msccl_parser.h).
 MAX_ATTRS = 16
@@ -159,17 +160,18 @@ class _Reader:
     def integer(self, element: _Element, name: str, *, minimum: int | None = None,
                 limit_name: str | None = None) -> int:
         raw = self.text(element, name)
+        stripped = raw.strip()
         shown = raw if len(raw) <= 24 else raw[:20] + "..."  # an attribute may be megabytes long
-        if not _INT.fullmatch(raw.strip()):
+        if not _INT.fullmatch(stripped):
             raise CollcError(f"<{element.tag}> attribute {name}=\"{shown}\" is not an integer", self.span(element))
-        digits = raw.strip().lstrip("+-")
+        digits = stripped.lstrip("+-")
         if len(digits) > MAX_DIGITS:  # past the executor's 64-bit integers (and slow to convert)
             raise CollcError(f"<{element.tag}> attribute {name}=\"{shown}\" has {len(digits):,} digits; the "
                              "executor reads 64-bit integers", self.span(element))
-        if re.fullmatch(r"[+-]?0[0-9]+", raw.strip()):
+        if _LEADING_ZERO.fullmatch(stripped):
             raise CollcError(f"<{element.tag}> attribute {name}=\"{raw}\" has a leading zero, which the executor "
                              "reads as an octal number; write it without", self.span(element))
-        value = int(raw.strip())
+        value = int(stripped)
         if minimum is not None and value < minimum:
             raise CollcError(f"<{element.tag}> attribute {name}={value} must be at least {minimum}",
                              self.span(element))

@@ -45,7 +45,8 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
     for c in tries:
-        plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps)
+        plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps,
+                                 split.candidates)
         if plan is None:
             continue
         if sms:

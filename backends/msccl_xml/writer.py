@@ -1,16 +1,14 @@
 """Writing MSCCL XML: one program to one file, or a library of size bands.
 
-The document is built with ElementTree. The executors read it with a small hand-written
-parser (msccl_parser.cc), so the text keeps to what that parser and every file known to
-load have: attributes in double quotes separated by single spaces, no XML declaration
-(the parser expects `<` and an element name first), indentation by spaces, and empty
-elements closed as `/>`.
+The executors read it with a small hand-written parser (msccl_parser.cc), so the text
+keeps to what that parser and every file known to load have: attributes in double quotes
+separated by single spaces, no XML declaration (the parser expects `<` and an element
+name first), indentation by two spaces per level, and empty elements closed as `/>`.
 """
 
 from __future__ import annotations
 
 import math
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,9 +17,22 @@ from collc.diagnostics import CollcError
 from collc.io import atomic_write
 
 
-def algo_element(algo: XmlAlgo) -> ET.Element:
-    """The `<algo>` element with every attribute the current executor requires."""
-    root = ET.Element("algo", {
+def _attrs(pairs: dict[str, str]) -> str:
+    return " ".join(f'{k}="{_escape(v)}"' for k, v in pairs.items())
+
+
+# ElementTree's escaping of attribute values, so the text is what it would write.
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\r": "&#13;", "\n": "&#10;",
+                          "\t": "&#09;"})
+
+
+def _escape(value: str) -> str:
+    return value.translate(_ESCAPES)
+
+
+def algo_header(algo: XmlAlgo) -> dict[str, str]:
+    """The `<algo>` attributes, with every one the current executor requires."""
+    return {
         "name": algo.name,
         "proto": algo.proto.value,
         "nchannels": str(algo.nchannels),
@@ -33,25 +44,16 @@ def algo_element(algo: XmlAlgo) -> ET.Element:
         "minBytes": str(algo.min_bytes or 0),
         "maxBytes": str(algo.max_bytes or 0),
         **algo.extra_attrs,
-    })
-    for gpu in algo.gpus:
-        g = ET.SubElement(root, "gpu", {"id": str(gpu.id), "i_chunks": str(gpu.i_chunks),
-                                        "o_chunks": str(gpu.o_chunks), "s_chunks": str(gpu.s_chunks)})
-        for tb in gpu.tbs:
-            t = ET.SubElement(g, "tb", {"id": str(tb.id), "send": str(tb.send), "recv": str(tb.recv),
-                                        "chan": str(tb.chan)})
-            for step in tb.steps:
-                ET.SubElement(t, "step", _step_attrs(step))
-    return root
-
-
-def _step_attrs(step: XmlStep) -> dict[str, str]:
-    return {
-        "s": str(step.s), "type": step.type.value,
-        "srcbuf": step.srcbuf.value if step.srcbuf is not None else "i", "srcoff": str(step.srcoff),
-        "dstbuf": step.dstbuf.value if step.dstbuf is not None else "o", "dstoff": str(step.dstoff),
-        "cnt": str(step.cnt), "depid": str(step.depid), "deps": str(step.deps), "hasdep": _flag(step.hasdep),
     }
+
+
+def _step_line(step: XmlStep) -> str:
+    # Every value but the enums' tokens is a number, so nothing here needs escaping.
+    src = step.srcbuf.value if step.srcbuf is not None else "i"
+    dst = step.dstbuf.value if step.dstbuf is not None else "o"
+    return (f'      <step s="{step.s}" type="{step.type.value}" srcbuf="{src}" srcoff="{step.srcoff}" '
+            f'dstbuf="{dst}" dstoff="{step.dstoff}" cnt="{step.cnt}" depid="{step.depid}" deps="{step.deps}" '
+            f'hasdep="{_flag(step.hasdep)}"/>')
 
 
 def _flag(value: bool) -> str:
@@ -59,12 +61,28 @@ def _flag(value: bool) -> str:
 
 
 def algo_to_xml(algo: XmlAlgo) -> str:
-    root = algo_element(algo)
-    ET.indent(root, space="  ")
-    text = ET.tostring(root, encoding="unicode")
-    # ElementTree closes empty elements as ` />`; the runtimes' own files all use `/>`.
-    # Attribute values are numbers and tokens, so the only ` />` is that terminator.
-    return text.replace(" />", "/>") + "\n"
+    """The program as text, written line by line (a 256-GPU program has over 100,000
+    steps; building an element tree first took several times as long)."""
+    lines = [f"<algo {_attrs(algo_header(algo))}>" if algo.gpus else f"<algo {_attrs(algo_header(algo))}/>"]
+    for gpu in algo.gpus:
+        head = (f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
+                f's_chunks="{gpu.s_chunks}"')
+        if not gpu.tbs:
+            lines.append(head + "/>")
+            continue
+        lines.append(head + ">")
+        for tb in gpu.tbs:
+            tb_head = f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}"'
+            if not tb.steps:
+                lines.append(tb_head + "/>")
+                continue
+            lines.append(tb_head + ">")
+            lines.extend(_step_line(step) for step in tb.steps)
+            lines.append("    </tb>")
+        lines.append("  </gpu>")
+    if algo.gpus:
+        lines.append("</algo>")
+    return "\n".join(lines) + "\n"
 
 
 def write_algo(algo: XmlAlgo, path: str | Path) -> Path:

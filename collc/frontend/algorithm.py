@@ -52,16 +52,22 @@ class _Program:
 
     def add(self, kind: OpKind, src: Loc, dst: Loc, count: int, origin: Span) -> None:
         deps: set[int] = set()
-        src_slots = [(src.rank, src.buffer, src.index + k) for k in range(count)]
-        dst_slots = [(dst.rank, dst.buffer, dst.index + k) for k in range(count)]
+        # One-slot ops (nearly all of a ring) use the Locs themselves as slot keys: a Loc
+        # hashes and compares as its (rank, buffer, index) tuple.
+        src_slots = [src] if count == 1 else [(src.rank, src.buffer, src.index + k) for k in range(count)]
+        dst_slots = [dst] if count == 1 else [(dst.rank, dst.buffer, dst.index + k) for k in range(count)]
+        last_writer = self.last_writer
         for s in src_slots:
-            if s in self.last_writer:
-                deps.add(self.last_writer[s])
+            w = last_writer.get(s)
+            if w is not None:
+                deps.add(w)
         for d in dst_slots:
-            if d in self.last_writer:
-                deps.add(self.last_writer[d])
+            w = last_writer.get(d)
+            if w is not None:
+                deps.add(w)
             deps.update(self.readers.get(d, ()))
-        step = 1 + max((self.ops[d].step for d in deps), default=-1)
+        ops = self.ops
+        step = 1 + max((ops[d].step for d in deps), default=-1)
         op_id = len(self.ops)
         self.ops.append(Op(op_id, kind, src, dst, count, tuple(sorted(deps)), step, origin=origin))
         for d in dst_slots:
