@@ -182,7 +182,11 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
         cand = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, nxt, base)
         if better(cand, f"spread {SPREADS[0]:.2f}, {nxt} chunks") < MIN_GAIN:
             break
-    # Improvement 2: other packings as fast as the first (trees only: a flow has one).
+    # Improvement 2: other packings as fast as the first (trees only: a flow has one),
+    # each pipelined at the best count so far and at the next count up: which packing
+    # pipelines best varies with the chunk count (on dgx2(chassis=2) the second packing
+    # is no better at 32 chunks and 2% better at 64), so a packing tried at one count only
+    # is often dismissed wrongly. The counts tried depend only on modelled times.
     if rates.kind == "trees":
         for spread in SPREADS[1:]:
             if best.estimate_s <= target or improvements >= MAX_IMPROVEMENTS or deadline.fired():
@@ -190,8 +194,12 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
             improvements += 1
             progress.stage(f"steady: rate LP (links above {spread:.0%} of T pay extra)")
             other = solve_rates(base, options.solver, deadline, progress, spread=spread)
-            cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, best.chunks, base)
-            better(cand, f"spread {spread:.2f}, {best.chunks} chunks")
+            at = best.chunks
+            for chunks in [at] + [c for c in counts if c > at][:1]:
+                if best.estimate_s <= target or deadline.fired():
+                    break
+                cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, chunks, base)
+                better(cand, f"spread {spread:.2f}, {chunks} chunks")
     facts = {**best.plan.facts, "steady_tried": tried, "tolerance": options.tolerance,
              "first_chunks": first, "first_estimate_s": first_estimate, "lower_bound_s": bound}
     return replace(best, plan=replace(best.plan, facts=facts))
