@@ -42,6 +42,9 @@ MAX_IMPROVEMENTS = 4
 FIRST_TARGET = 0.02
 # ... and a step with more chunks aims at this share of the overhead the tolerance allows.
 PREDICTION_MARGIN = 0.8
+# The first schedule aims straight at the tolerance when its candidate has at most this
+# many ops (building and timing one costs about 30 us per op).
+CHEAP_OPS = 40_000
 
 
 def run_method(method: Method, problem: Problem, options: SynthesisOptions, deadline: Deadline,
@@ -155,8 +158,15 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
     # FIRST_TARGET of T. Fill and drain overlap the steady state by at least half
     # (measured on the standard topologies), so the predicted overhead is half the fill.
     slot_of = {c: base.slot_bytes * base_chunks / c for c in counts}
-    allowed = rates.seconds * FIRST_TARGET * 2
-    first = next((c for c in counts if pipeline_fill(network, rates, slot_of[c]) <= allowed), counts[-1])
+    fill = {c: pipeline_fill(network, rates, slot_of[c]) for c in counts}
+    first = next((c for c in counts if fill[c] <= rates.seconds * FIRST_TARGET * 2), counts[-1])
+    # Where a schedule within the tolerance is predicted at a count whose candidate is
+    # still cheap to build and time, aim the first schedule there: a first step aimed at
+    # FIRST_TARGET would be followed by one aimed at the tolerance anyway.
+    within = (bound * (1 + options.tolerance * PREDICTION_MARGIN) / rates.seconds - 1) * 2 * rates.seconds
+    aimed = next((c for c in counts if fill[c] <= within), None)
+    if aimed is not None and aimed > first and per_chunk * aimed <= CHEAP_OPS:
+        first = aimed
     best = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, first, base)
     tried = [f"spread {SPREADS[0]:.2f}, {first} chunks"]
     first_estimate = best.estimate_s
