@@ -196,7 +196,8 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
     # each pipelined at the best count so far and at the next count up: which packing
     # pipelines best varies with the chunk count (on dgx2(chassis=2) the second packing
     # is no better at 32 chunks and 2% better at 64), so a packing tried at one count only
-    # is often dismissed wrongly. The counts tried depend only on modelled times.
+    # is often dismissed wrongly; one clearly worse at the best count is not pursued.
+    # The counts tried depend only on modelled times.
     if rates.kind == "trees":
         for spread in SPREADS[1:]:
             if best.estimate_s <= target or improvements >= MAX_IMPROVEMENTS or deadline.fired():
@@ -209,7 +210,8 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
                 if best.estimate_s <= target or deadline.fired():
                     break
                 cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, chunks, base)
-                better(cand, f"spread {spread:.2f}, {chunks} chunks")
+                if better(cand, f"spread {spread:.2f}, {chunks} chunks") < -MIN_GAIN:
+                    break  # worse at the same count: more chunks are not tried for it
     facts = {**best.plan.facts, "steady_tried": tried, "tolerance": options.tolerance,
              "first_chunks": first, "first_estimate_s": first_estimate, "lower_bound_s": bound}
     return replace(best, plan=replace(best.plan, facts=facts))
