@@ -42,6 +42,9 @@ MAX_IMPROVEMENTS = 4
 FIRST_TARGET = 0.02
 # ... and a step with more chunks aims at this share of the overhead the tolerance allows.
 PREDICTION_MARGIN = 0.8
+# The first schedule aims straight at the tolerance when its candidate has at most this
+# many ops (building and timing one costs about 30 us per op).
+CHEAP_OPS = 40_000
 
 
 def run_method(method: Method, problem: Problem, options: SynthesisOptions, deadline: Deadline,
@@ -155,8 +158,15 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
     # FIRST_TARGET of T. Fill and drain overlap the steady state by at least half
     # (measured on the standard topologies), so the predicted overhead is half the fill.
     slot_of = {c: base.slot_bytes * base_chunks / c for c in counts}
-    allowed = rates.seconds * FIRST_TARGET * 2
-    first = next((c for c in counts if pipeline_fill(network, rates, slot_of[c]) <= allowed), counts[-1])
+    fill = {c: pipeline_fill(network, rates, slot_of[c]) for c in counts}
+    first = next((c for c in counts if fill[c] <= rates.seconds * FIRST_TARGET * 2), counts[-1])
+    # Where a schedule within the tolerance is predicted at a count whose candidate is
+    # still cheap to build and time, aim the first schedule there: a first step aimed at
+    # FIRST_TARGET would be followed by one aimed at the tolerance anyway.
+    within = (bound * (1 + options.tolerance * PREDICTION_MARGIN) / rates.seconds - 1) * 2 * rates.seconds
+    aimed = next((c for c in counts if fill[c] <= within), None)
+    if aimed is not None and aimed > first and per_chunk * aimed <= CHEAP_OPS:
+        first = aimed
     best = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, first, base)
     tried = [f"spread {SPREADS[0]:.2f}, {first} chunks"]
     first_estimate = best.estimate_s
@@ -182,7 +192,12 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
         cand = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, nxt, base)
         if better(cand, f"spread {SPREADS[0]:.2f}, {nxt} chunks") < MIN_GAIN:
             break
-    # Improvement 2: other packings as fast as the first (trees only: a flow has one).
+    # Improvement 2: other packings as fast as the first (trees only: a flow has one),
+    # each pipelined at the best count so far and at the next count up: which packing
+    # pipelines best varies with the chunk count (on dgx2(chassis=2) the second packing
+    # is no better at 32 chunks and 2% better at 64), so a packing tried at one count only
+    # is often dismissed wrongly; one clearly worse at the best count is not pursued.
+    # The counts tried depend only on modelled times.
     if rates.kind == "trees":
         for spread in SPREADS[1:]:
             if best.estimate_s <= target or improvements >= MAX_IMPROVEMENTS or deadline.fired():
@@ -190,8 +205,13 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
             improvements += 1
             progress.stage(f"steady: rate LP (links above {spread:.0%} of T pay extra)")
             other = solve_rates(base, options.solver, deadline, progress, spread=spread)
-            cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, best.chunks, base)
-            better(cand, f"spread {spread:.2f}, {best.chunks} chunks")
+            at = best.chunks
+            for chunks in [at] + [c for c in counts if c > at][:1]:
+                if best.estimate_s <= target or deadline.fired():
+                    break
+                cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, chunks, base)
+                if better(cand, f"spread {spread:.2f}, {chunks} chunks") < -MIN_GAIN:
+                    break  # worse at the same count: more chunks are not tried for it
     facts = {**best.plan.facts, "steady_tried": tried, "tolerance": options.tolerance,
              "first_chunks": first, "first_estimate_s": first_estimate, "lower_bound_s": bound}
     return replace(best, plan=replace(best.plan, facts=facts))

@@ -25,7 +25,7 @@ from collc.ir.collective import Collective, CollectiveKind, allgather, broadcast
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import Topology
 from collc.synthesis.core import Candidate, Result, SynthesisOptions
-from collc.synthesis.extract import OpList, arrival_trees, copy_ops
+from collc.synthesis.extract import arrival_trees, copy_ops
 from collc.synthesis.network import Network, reversed_topology
 from collc.synthesis.plan import Plan, Status
 from collc.synthesis.progress import Progress
@@ -92,7 +92,7 @@ def synthesize_with_reductions(topology: Topology, collective: Collective, size_
     plan = Plan(up.plan.problem, up.plan.transfers, up.plan.method, status, up.plan.epochs, up.plan.stats,
                 {**up.plan.facts, "composed_from": base.kind.value})
     sched_plan = replace(plan, problem=replace(plan.problem, collective=fine))
-    cand = Candidate(sched_plan, OpList(timeline.ops, scratch), timeline.seconds, chunks)
+    cand = Candidate(sched_plan, timeline, scratch, timeline.seconds, chunks)
     return to_result(cand, collective, topology, deadline)
 
 

@@ -22,7 +22,7 @@ from collc.synthesis.plan import Plan, Status
 from collc.synthesis.problem import Problem, build_problem, refinable, refine
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline, SolverOptions
-from collc.synthesis.timing import DEFAULT_MODEL, TimingModel, sequence
+from collc.synthesis.timing import DEFAULT_MODEL, Timeline, TimingModel, sequence
 from collc.verify import verify
 
 
@@ -118,9 +118,14 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: int,
 @dataclass(frozen=True)
 class Candidate:
     plan: Plan
-    ops: OpList
+    timeline: Timeline  # its ops are made when first asked for: most candidates lose
+    scratch: tuple[int, ...]
     estimate_s: float
     chunks: int
+
+    @property
+    def ops(self) -> OpList:
+        return OpList(self.timeline.ops, self.scratch)
 
 
 def synthesize_copies(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
@@ -150,7 +155,7 @@ def realize(plan: Plan, timing: TimingModel) -> Candidate:
     raw = copy_ops(plan)
     timeline = sequence(raw.ops, plan.problem.network, plan.problem.slot_bytes, timing)
     coll = plan.problem.collective
-    return Candidate(plan, OpList(timeline.ops, raw.scratch), timeline.seconds, coll.chunks)
+    return Candidate(plan, timeline, raw.scratch, timeline.seconds, coll.chunks)
 
 
 def problem_for(network: Network, collective: Collective, size_bytes: int, chunks: int) -> Problem:

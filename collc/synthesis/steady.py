@@ -43,6 +43,8 @@ EXCESS_PRICE = 0.05
 # Branch-and-bound nodes for rounding shares to whole chunks (a work limit, not a time
 # limit, keeps the answer independent of the machine).
 ROUNDING_NODES = 500
+# Rounded counts that load the busiest link within this fraction of T need no MILP.
+ROUNDED_AT_T = 1e-9
 # Column generation stops when no tree can shorten T by more than this fraction.
 PRICING_TOLERANCE = 1e-6
 MAX_PRICING_ROUNDS = 400
@@ -456,6 +458,10 @@ def whole_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int],
     for l, terms in per_link.items():
         loads[l] = sum(v * warm[j] for j, v in terms)
     warm[z] = max(loads.values(), default=0.0)
+    if warm[z] <= 1 + ROUNDED_AT_T:
+        # Rounding already loads no link above T: no whole counts can do better (the
+        # LP's T is the least over every mix of these trees), so the MILP is skipped.
+        return start
     # The node limit bounds this search; the deadline is only the pass's safety net.
     res = solve(m, time_limit=max(0.05, deadline.remaining()), options=options, start=warm,
                 node_limit=ROUNDING_NODES, work=deadline.work)

@@ -67,6 +67,10 @@ def test_tolerance_is_honoured(dgx1_runs):
     assert loose.estimate_s <= bound * 1.02
     tight = _run(topo, 256 * MIB, tolerance=0.01)
     assert tight.estimate_s <= bound * 1.01
+    # The first schedule aims straight at the tolerance when that candidate is cheap
+    # (here 32,768 ops): no 2% schedule is built on the way.
+    assert tight.facts["candidates_timed"] == 1
+    assert tight.facts["first_estimate_s"] == tight.estimate_s
     # A tighter tolerance costs more work (it buys more chunks), never less.
     assert tight.facts["candidates_timed"] >= loose.facts["candidates_timed"]
     assert tight.chunks >= loose.chunks
