@@ -19,10 +19,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import highspy
 import numpy as np
 
-from collc.synthesis.arborescence import NoArborescence, min_arborescence
 from collc.synthesis.network import Network
 from collc.synthesis.plan import SolveStats, Status
 from collc.synthesis.problem import Problem
@@ -89,18 +87,10 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
             use[int(link_row[l])] += 1
         route_orbit_use.append(use)
 
+    from collc.synthesis.steady import packing_lp_rows
+
     h = new_highs(options, max(0.05, deadline.remaining()))
-    h.addVar(0.0, INF)
-    h.changeColCost(0, 1.0)
-    for _ in range(n_rows):
-        h.addVar(0.0, INF)
-    h.changeColsCost(n_rows, np.arange(1, n_rows + 1, dtype=np.int32), np.full(n_rows, excess_price / n_rows))
-    for _ in range(n_cls):
-        h.addRow(1.0, 1.0, 0, np.array([], dtype=np.int32), np.array([], dtype=float))
-    for _ in range(n_rows):
-        h.addRow(-INF, 0.0, 1, np.array([0], dtype=np.int32), np.array([-1.0]))
-    for i in range(n_rows):
-        h.addRow(-INF, 0.0, 2, np.array([0, 1 + i], dtype=np.int32), np.array([-spread, -1.0]))
+    packing_lp_rows(h, n_cls, n_rows, spread, excess_price)
     # Orbit row -> capacity of one of its links (all alike).
     row_cap = np.zeros(n_rows)
     for l in used:
@@ -137,22 +127,12 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
 
     status = Status.OPTIMAL
     rounds = 0
+    from collc.synthesis.steady import solve_round
+
     while True:
         rounds += 1
-        deadline.work.pricing_rounds += 1
-        deadline.work.solves += 1
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and not deadline.expired:
-            h.clearSolver()
-            deadline.work.solves += 1
-            h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-            from collc.synthesis.steady import NotApplicable
-
-            if h.getInfo().primal_solution_status != 2:
-                raise NotApplicable("the replicated steady-state LP found no solution")
+        if not solve_round(h, deadline, "the replicated steady-state LP"):
             status = Status.TIME_LIMIT
-            deadline.work.time_limit_fired = True
             break
         sol = h.getSolution()
         t_value = h.getInfo().objective_function_value
@@ -234,7 +214,7 @@ def arborescence(net: Network, nodes: tuple[int, ...], route_cost: np.ndarray, r
                  route_dst: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The cheapest spanning tree over `nodes` rooted at nodes[0] (ties: the lower route
     index): its routes, parents before children, and each receiver's depth."""
-    from collc.synthesis.steady import NotApplicable
+    from collc.synthesis.steady import tree_routes
 
     n = len(nodes)
     pos = np.full(net.ranks, -1)
@@ -249,24 +229,6 @@ def arborescence(net: Network, nodes: tuple[int, ...], route_cost: np.ndarray, r
     best = np.full((n, n), -1, dtype=np.int64)
     cost[a[chosen], b[chosen]] = route_cost[chosen]
     best[a[chosen], b[chosen]] = chosen
-    try:
-        parent = min_arborescence(cost, 0)
-    except NoArborescence:
-        raise NotApplicable("a destination cannot be reached from its source through destinations only")
-    children: dict[int, list[int]] = defaultdict(list)
-    for v in range(1, n):
-        children[int(parent[v])].append(v)
-    routes, depths = [], []
-    frontier, d = [0], 0
-    while frontier:
-        d += 1
-        nxt = []
-        for u in frontier:
-            for v in sorted(children[u]):
-                routes.append(int(best[u, v]))
-                depths.append(d)
-                nxt.append(v)
-        frontier = nxt
-    return tuple(routes), tuple(depths)
+    return tree_routes(cost, best)
 
 

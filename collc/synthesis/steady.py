@@ -135,22 +135,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
 
     n_links = len(links)
     h = new_highs(options, max(0.05, deadline.remaining()))
-    # Columns: T, then one excess variable per link, then the trees. Rows: one per class
-    # (its shares add up to 1), one per link (load <= T), one per link (load <= spread x T
-    # + excess). A small price on excess makes the LP, among packings as fast as the
-    # best, prefer one that leaves every link it can some slack: a list scheduler keeps
-    # a link busy far more easily when the links that feed it are not saturated.
-    h.addVar(0.0, INF)
-    h.changeColCost(0, 1.0)
-    for _ in range(n_links):
-        h.addVar(0.0, INF)
-    h.changeColsCost(n_links, np.arange(1, n_links + 1, dtype=np.int32), np.full(n_links, EXCESS_PRICE / n_links))
-    for _ in range(n_cls):
-        h.addRow(1.0, 1.0, 0, np.array([], dtype=np.int32), np.array([], dtype=float))
-    for i in range(n_links):
-        h.addRow(-INF, 0.0, 1, np.array([0], dtype=np.int32), np.array([-1.0]))
-    for i in range(n_links):
-        h.addRow(-INF, 0.0, 2, np.array([0, 1 + i], dtype=np.int32), np.array([-spread, -1.0]))
+    packing_lp_rows(h, n_cls, n_links, spread, EXCESS_PRICE)
     columns: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []  # (class, routes, depths)
     seen: set[tuple[int, tuple[int, ...]]] = set()
 
@@ -190,20 +175,8 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     t_value = math.inf
     while True:
         rounds += 1
-        deadline.work.pricing_rounds += 1
-        deadline.work.solves += 1
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and not deadline.expired:
-            # A warm start occasionally stalls; a cold start of the same LP does not.
-            h.clearSolver()
-            deadline.work.solves += 1
-            h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-            if h.getInfo().primal_solution_status != 2:
-                status_text = h.modelStatusToString(h.getModelStatus())
-                raise NotApplicable(f"the steady-state LP found no solution ({status_text}, round {rounds})")
+        if not solve_round(h, deadline, f"the steady-state LP (round {rounds})"):
             status = Status.TIME_LIMIT
-            deadline.work.time_limit_fired = True
             break
         sol = h.getSolution()
         t_value = h.getInfo().objective_function_value  # T plus the small price of excess
@@ -262,12 +235,59 @@ def _tree_from_costs(net: Network, nodes: tuple[int, ...], route_cost: np.ndarra
                 r = min(rs, key=lambda x: (route_cost[x], x))
                 cost[i, j] = route_cost[r]
                 best[(i, j)] = r
+    return tree_routes(cost, best)
+
+
+def packing_lp_rows(h: highspy.Highs, n_classes: int, n_rows: int, spread: float, excess_price: float) -> None:
+    """The tree-packing LP before its columns: T, then one excess variable per link row;
+    rows: one per class (its shares add up to 1), one per link row (load <= T), one per
+    link row (load <= spread x T + excess). The trees are added as columns later. A
+    small price on excess makes the LP, among packings as fast as the best, prefer one
+    that leaves every link it can some slack: a list scheduler keeps a link busy far
+    more easily when the links that feed it are not saturated."""
+    h.addVar(0.0, INF)
+    h.changeColCost(0, 1.0)
+    for _ in range(n_rows):
+        h.addVar(0.0, INF)
+    h.changeColsCost(n_rows, np.arange(1, n_rows + 1, dtype=np.int32), np.full(n_rows, excess_price / n_rows))
+    for _ in range(n_classes):
+        h.addRow(1.0, 1.0, 0, np.array([], dtype=np.int32), np.array([], dtype=float))
+    for _ in range(n_rows):
+        h.addRow(-INF, 0.0, 1, np.array([0], dtype=np.int32), np.array([-1.0]))
+    for i in range(n_rows):
+        h.addRow(-INF, 0.0, 2, np.array([0, 1 + i], dtype=np.int32), np.array([-spread, -1.0]))
+
+
+def solve_round(h: highspy.Highs, deadline: Deadline, what: str) -> bool:
+    """One solve of a column-generation round: True when optimal, False when the time
+    limit stopped it at a feasible point (recorded in the work counters); no solution at
+    all is `NotApplicable`."""
+    deadline.work.pricing_rounds += 1
+    deadline.work.solves += 1
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and not deadline.expired:
+        # A warm start occasionally stalls; a cold start of the same LP does not.
+        h.clearSolver()
+        deadline.work.solves += 1
+        h.run()
+    if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+        return True
+    if h.getInfo().primal_solution_status != 2:
+        raise NotApplicable(f"{what} found no solution ({h.modelStatusToString(h.getModelStatus())})")
+    deadline.work.time_limit_fired = True
+    return False
+
+
+def tree_routes(cost: np.ndarray, best) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The minimum arborescence of `cost` (an n x n matrix over tree positions, rooted at
+    0) as routes in breadth-first order, parents before children, with each receiver's
+    depth. `best[(u, v)]` is the route that joins positions u and v (a dict or an array)."""
     try:
         parent = min_arborescence(cost, 0)
     except NoArborescence:
         raise NotApplicable("a destination cannot be reached from its source through destinations only")
     children: dict[int, list[int]] = defaultdict(list)
-    for v in range(1, n):
+    for v in range(1, len(cost)):
         children[int(parent[v])].append(v)
     routes, depths = [], []
     frontier, d = [0], 0
@@ -276,7 +296,7 @@ def _tree_from_costs(net: Network, nodes: tuple[int, ...], route_cost: np.ndarra
         nxt = []
         for u in frontier:
             for v in sorted(children[u]):
-                routes.append(best[(u, v)])
+                routes.append(int(best[(u, v)]))
                 depths.append(d)
                 nxt.append(v)
         frontier = nxt
