@@ -59,7 +59,8 @@ def test_algorithms_for():
     assert fe.algorithms_for("allgather") == ["ring"]
     assert fe.algorithms_for("allreduce") == ["ring"]
     assert fe.algorithms_for("broadcast") == ["tree"]
-    assert fe.algorithms_for("alltoall") == []
+    assert fe.algorithms_for("alltoall") == ["direct"]
+    assert fe.algorithms_for("gather") == []
 
 
 @dataclasses.dataclass(frozen=True)
