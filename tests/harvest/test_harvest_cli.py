@@ -39,15 +39,17 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 
 def test_serve_submit_status_shutdown(tmp_path):
     rt = tmp_path / "rt"
+    # cwd outside the checkout: `-m collc` must find the installed package, not the
+    # source folder (whose backends/ and stdlib/ sit beside collc/, not inside it).
     server = subprocess.Popen([sys.executable, "-m", "collc", "harvest", "serve", "--dir",
-                               str(rt), "--device", "cpu:0=1G"])
+                               str(rt), "--device", "cpu:0=1G"], cwd=tmp_path)
     try:
         deadline = time.monotonic() + 20
         while not (rt / "ready").exists():
             assert time.monotonic() < deadline and server.poll() is None
             time.sleep(0.05)
         run = lambda *a: subprocess.run([sys.executable, "-m", "collc", "harvest", *a],
-                                        capture_output=True, text=True, timeout=60)
+                                        capture_output=True, text=True, timeout=60, cwd=tmp_path)
         sub = run("submit", "--dir", str(rt), "collc.harvest.workloads:PageRank",
                   "--arg", "nodes=1000", "--memory", "128M", "--priority", "2")
         assert sub.returncode == 0 and sub.stdout.strip() == "1"
