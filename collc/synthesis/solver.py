@@ -7,6 +7,8 @@ adding rows one at a time through highspy's expression API.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -112,8 +114,35 @@ class Model:
         return lp
 
 
+_banner_shown = False
+
+
+def _quiet_highs() -> highspy.Highs:
+    """A Highs instance, without the banner the library writes (from C++, to file
+    descriptor 1) when the first one is made: it would land in the middle of collc's
+    report, or in JSON a command prints on stdout."""
+    global _banner_shown
+    if _banner_shown:
+        return highspy.Highs()
+    _banner_shown = True
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # stdout replaced (tests): nothing to protect
+        return highspy.Highs()
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+        return highspy.Highs()
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(devnull)
+
+
 def new_highs(options: SolverOptions, time_limit: float) -> highspy.Highs:
-    h = highspy.Highs()
+    h = _quiet_highs()
     h.silent()
     h.setOptionValue("time_limit", max(0.01, float(time_limit)))
     h.setOptionValue("random_seed", int(options.seed))

@@ -129,3 +129,16 @@ def test_schedule_library_one_xml_per_size_band(tmp_path):
     assert v.returncode == 0, v.stderr
     reports = json.loads((tmp_path / "r.json").read_text())
     assert [rep["size_bytes"] for rep in reports] == [4096, 1 << 20, 64 << 20]
+
+
+def test_quiet_compile_prints_nothing_not_even_the_solver_banner(tmp_path):
+    # The solver library writes a banner from C++ to file descriptor 1 when its first
+    # instance is made; a subprocess sees what a user's terminal (or a pipe) would.
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "collc", "compile", "--topology", "ring(n=4)", "--collective",
+                          "allgather", "--size", "1MiB", "-o", "out.json", "-q"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "" and "HiGHS" not in run.stderr
