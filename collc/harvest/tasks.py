@@ -88,7 +88,7 @@ class IterativeTask:
 
     # work -------------------------------------------------------------------------
     def step(self) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define step(): an iterative task's unit of work")
 
     def is_finished(self) -> bool:
         return False
@@ -111,7 +111,7 @@ class ImperativeTask:
         self.xp = ctx.xp
 
     def run(self) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define run(): an imperative task's work")
 
 
 @dataclass
