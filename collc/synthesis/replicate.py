@@ -28,11 +28,6 @@ from collc.synthesis.progress import Progress
 from collc.synthesis.solver import INF, Deadline, SolverOptions, new_highs
 from collc.synthesis.symmetry import Symmetry
 
-# The same stopping rules as the full LP (collc.synthesis.steady).
-PRICING_TOLERANCE = 1e-6
-MAX_PRICING_ROUNDS = 400
-
-
 def class_orbits(problem: Problem, classes: dict[tuple, float], sym: Symmetry
                  ) -> dict[tuple, list[tuple[tuple, int]]] | None:
     """Representative class -> [(class, source rank)] it stands for; None where a class's
@@ -127,7 +122,8 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
 
     status = Status.OPTIMAL
     rounds = 0
-    from collc.synthesis.steady import solve_round
+    # The full LP's stopping rules (steady imports this module, hence the late import).
+    from collc.synthesis.steady import PRICING_TOLERANCE, after_pricing, solve_round
 
     while True:
         rounds += 1
@@ -155,12 +151,10 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
                 add_tree(g, routes, depths)
                 added += 1
                 lagrange += reduced
-        if not added or rounds >= MAX_PRICING_ROUNDS or (t_value - lagrange) <= PRICING_TOLERANCE * t_value:
+        stop = after_pricing(h, deadline, added, rounds, t_value, lagrange)
+        if stop is not None:
+            status = Status.TIME_LIMIT if stop is Status.TIME_LIMIT else status
             break
-        if deadline.fired():
-            status = Status.TIME_LIMIT
-            break
-        h.setOptionValue("time_limit", h.getRunTime() + max(0.05, deadline.remaining()))
     values = np.asarray(h.getSolution().col_value)
     rep_shares: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], float]]] = defaultdict(list)
     for j, (g, routes, depths) in enumerate(columns):

@@ -198,14 +198,10 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
                 add_tree(g, routes, depths)
                 added += 1
                 lagrange += reduced
-        if not added or rounds >= MAX_PRICING_ROUNDS:
+        stop = after_pricing(h, deadline, added, rounds, t_value, lagrange)
+        if stop is not None:
+            status = Status.TIME_LIMIT if stop is Status.TIME_LIMIT else status
             break
-        if (t_value - lagrange) <= PRICING_TOLERANCE * t_value:
-            break
-        if deadline.fired():
-            status = Status.TIME_LIMIT
-            break
-        h.setOptionValue("time_limit", h.getRunTime() + max(0.05, deadline.remaining()))
     values = np.asarray(h.getSolution().col_value)
     shares: dict[tuple, list[tuple[tuple[int, ...], float]]] = defaultdict(list)
     depth: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -276,6 +272,20 @@ def solve_round(h: highspy.Highs, deadline: Deadline, what: str) -> bool:
         raise NotApplicable(f"{what} found no solution ({h.modelStatusToString(h.getModelStatus())})")
     deadline.work.time_limit_fired = True
     return False
+
+
+def after_pricing(h: highspy.Highs, deadline: Deadline, added: int, rounds: int, t_value: float,
+                  lagrange: float) -> Status | None:
+    """After a pricing round: OPTIMAL when column generation is done (no tree priced
+    below its class's dual, the Lagrangian gap closed, or the round budget spent),
+    TIME_LIMIT when the safety net fired, None to solve again (the solver's own limit
+    moved to what the deadline leaves)."""
+    if not added or rounds >= MAX_PRICING_ROUNDS or (t_value - lagrange) <= PRICING_TOLERANCE * t_value:
+        return Status.OPTIMAL
+    if deadline.fired():
+        return Status.TIME_LIMIT
+    h.setOptionValue("time_limit", h.getRunTime() + max(0.05, deadline.remaining()))
+    return None
 
 
 def tree_routes(cost: np.ndarray, best) -> tuple[tuple[int, ...], tuple[int, ...]]:
