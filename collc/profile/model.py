@@ -319,9 +319,13 @@ def _baseline(topology: Topology, coll: Collective, size: int) -> tuple[str, flo
     from collc import frontend
     from collc.driver import CompileJob, baselines_for
 
-    timed = [b for b in baselines_for(CompileJob(topology, coll, size)) if b.time_s is not None]
-    if not timed:
+    baselines = baselines_for(CompileJob(topology, coll, size))
+    timed = [b for b in baselines if b.time_s is not None]
+    if not baselines:
         raise CollcError(f"no standard-library algorithm (NCCL-style baseline) for {coll.name}")
+    if not timed:
+        reasons = "; ".join(f"{b.name}: {b.error}" for b in baselines)
+        raise CollcError(f"no standard-library algorithm for {coll.name} runs on {topology.name} ({reasons})")
     best = min(timed, key=lambda b: b.time_s)
     sched = frontend.instantiate_algorithm(best.name, topology, coll)
     sim = simulate(sched, topology, size)

@@ -118,7 +118,7 @@ def plot_links(result: ModelResult, directory: Path) -> list[Path]:
     vmax = max(np.nanmax(m) for m in mats.values()) or 1.0
     size = max(5.0, 0.35 * len(nodes) + 2)
     fig, axes = plt.subplots(1, 2, figsize=(2 * size + 1.5, size))
-    titles = {"baseline": f"baseline (ring/tree): {result.total('baseline') * 1e6:,.0f} us/iter",
+    titles = {"baseline": f"NCCL-style baseline: {result.total('baseline') * 1e6:,.0f} us/iter",
               "collc": f"collc schedules: {result.total('collc') * 1e6:,.0f} us/iter"}
     for ax, which in zip(axes, ("baseline", "collc")):
         im = ax.imshow(mats[which], cmap="viridis", vmin=0, vmax=vmax)

@@ -83,3 +83,15 @@ def test_model_per_iteration_with_a_sub_communicator():
     # Only links among the used GPUs carry bytes.
     used = {n for (a, b), (byts, _) in result.link_load("baseline").items() if byts > 0 for n in (a, b)}
     assert used <= {"g[0]", "g[1]", "g[2]", "g[3]"}
+
+
+def test_a_baseline_that_does_not_fit_the_cluster_says_why():
+    # dgx1 is a GPU mesh: the direct AllToAll has no switch path between g[0] and g[5].
+    from collc.profile.model import _baseline
+
+    fe = frontend
+
+    with pytest.raises(CollcError, match=r"no standard-library algorithm for alltoall runs on dgx1 \(direct: "):
+        _baseline(fe.resolve_topology("dgx1"), fe.resolve_collective("alltoall", 8), 1 << 20)
+    name, t, sim = _baseline(fe.resolve_topology("hgx_h100"), fe.resolve_collective("alltoall", 8), 256 << 20)
+    assert name == "direct" and sim.time_s == pytest.approx(t)  # the simulation the time came from
