@@ -22,6 +22,7 @@ from __future__ import annotations
 import calendar
 import functools
 import re
+import sys
 import time
 import zlib
 from collections import defaultdict
@@ -31,7 +32,7 @@ from ..diagnostics import CollcError, Span
 from .detect import TraceSource
 from .records import CollectiveCall, SourceSummary, TraceContext
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 1 << 20     # fits the CPU caches: larger pieces read slower
 
 # ncclDataType_t codes (NCCL 2.4 on; bfloat16 from 2.10, fp8 from 2.19; RCCL uses the same).
 DATATYPES: dict[int, tuple[str, int]] = {
@@ -51,27 +52,35 @@ _PER_RANK = {"allgather": (1, "n"), "gather": (1, "n"), "reducescatter": ("n", 1
 
 # Every line of interest. The pattern starts with a literal, so the regex engine jumps from
 # one "NCCL INFO " to the next with a fast search; the prefix before it is taken separately.
-_LINE = re.compile(
+# Every repeat is possessive (`++`, `*+`): what follows each can never be matched by it (a
+# space after `\S`, a colon after a word), so giving back characters could never succeed,
+# and the most common lines, those that are none of these, fail at once instead of
+# retrying each shorter word. Python 3.10 has no possessive repeats: there the pattern
+# without them matches exactly the same text, only slower.
+_LINE_PATTERN = (
     rb"NCCL INFO (?:"
     # COLL: <Op>: opCount <hex> sendbuff <p> recvbuff <p> [acc <p>] count <n> datatype <d>
     #       op <o> root <r> comm <p> [nranks=<n>] stream <p> [task <t> globalrank <g>]
-    rb"(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+"
-    rb"(?: acc \S+)? count (?P<count>\d+) datatype (?P<dtype>\d+) op (?P<redop>\d+)"
-    rb" root (?P<root>-?\d+) comm (?P<comm>\S+)(?: \[nranks=(?P<nranks>\d+)\])?"
-    rb"(?: stream (?P<stream>\S+))?(?: task (?P<task>\d+) globalrank (?P<grank>\d+))?"
-    rb"[^\n]*"
+    rb"(?P<op>[A-Za-z]++): opCount (?P<opcount>[0-9a-fA-Fx]++) sendbuff \S++ recvbuff \S++"
+    rb"(?: acc \S++)? (?P<shape>count (?P<count>\d++) datatype (?P<dtype>\d++) op (?P<redop>\d++)"
+    rb" root (?P<root>-?\d++) comm (?P<comm>\S++)(?: \[nranks=(?P<nranks>\d++)\])?)"
+    rb"(?: stream (?P<stream>\S++))?(?: task (?P<task>\d++) globalrank (?P<grank>\d++))?"
+    rb"[^\n]*+"
     # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
-    rb"|(?:(?P<top>[A-Za-z]+): )?(?P<tbytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)[^\n]*"
+    rb"|(?:(?P<top>[A-Za-z]++): )?(?P<tbytes>\d++) Bytes -> Algo (?P<algo>\w++) proto (?P<proto>\w++)[^\n]*+"
     # INIT: ... comm 0x.. rank R nranks N ... [busId B] ... [commId 0x..]
-    rb"|(?:\w+ )?comm (?P<icomm>0x[0-9a-fA-F]+) rank (?P<irank>\d+) n[Rr]anks (?P<inranks>\d+)"
-    rb"(?P<initrest>[^\n]*)"
+    rb"|(?:\w++ )?comm (?P<icomm>0x[0-9a-fA-F]++) rank (?P<irank>\d++) n[Rr]anks (?P<inranks>\d++)"
+    rb"(?P<initrest>[^\n]*+)"
     # A line that starts like a COLL line but matched none of the above.
-    rb"|(?P<bad>[A-Za-z]+: opCount)[^\n]*"
+    rb"|(?P<bad>[A-Za-z]++: opCount)[^\n]*+"
     rb")")
+if sys.version_info < (3, 11):
+    _LINE_PATTERN = _LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
+_LINE = re.compile(_LINE_PATTERN)
 # Group numbers of _LINE, for reading a match's groups() tuple without name lookups.
 _G = {name: index - 1 for name, index in _LINE.groupindex.items()}
-_OP, _OPCOUNT, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
-    _G[n] for n in ("op", "opcount", "count", "dtype", "root", "comm", "nranks", "grank"))
+_OP, _OPCOUNT, _SHAPE, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
+    _G[n] for n in ("op", "opcount", "shape", "count", "dtype", "root", "comm", "nranks", "grank"))
 _TOP, _TBYTES, _ALGO, _PROTO = (_G[n] for n in ("top", "tbytes", "algo", "proto"))
 _ICOMM, _IRANK, _INRANKS, _INITREST = (_G[n] for n in ("icomm", "irank", "inranks", "initrest"))
 
@@ -96,6 +105,8 @@ class _State:
         self.process_rank: dict[bytes, tuple[int, int]] = {}
         self.first_bad: int | None = None
         self.shapes: dict[tuple, object] = {}     # see _scan
+        self.threads: dict[bytes, tuple[bytes, bytes]] = {}   # line prefix -> (pid, tid)
+        self.tunings: dict[tuple, tuple] = {}     # TUNING line's groups -> see _tuning
         self.process_local_comms = 0
 
 
@@ -103,12 +114,13 @@ def read_nccl_log(source: TraceSource, summary: SourceSummary, context: TraceCon
                   ) -> Iterator[CollectiveCall]:
     state = _State(source, summary, context)
     with source.open() as f:
-        for data, line_base in _chunks(f, source):
-            yield from _scan(data, line_base, state)
+        for data, end, line_base in _chunks(f, source):
+            yield from _scan(data, end, line_base, state)
     out: list[CollectiveCall] = []
     for calls in state.pending.values():
-        _emit(calls, state, out)
+        out.extend(calls)
     state.pending.clear()
+    summary.records += len(out)
     yield from out
     if state.first_bad is not None:
         bad = summary.skipped.get("COLL line in no known format", 0)
@@ -123,8 +135,10 @@ def read_nccl_log(source: TraceSource, summary: SourceSummary, context: TraceCon
                              "host:pid:comm pointer, so calls cannot be matched across processes")
 
 
-def _chunks(f: BinaryIO, source: TraceSource) -> Iterator[tuple[bytes, int]]:
-    """Line-aligned chunks of the (decompressed) file and the line number before each."""
+def _chunks(f: BinaryIO, source: TraceSource) -> Iterator[tuple[bytes, int, int]]:
+    """(data, end, line number before it): the (decompressed) file in pieces whose first
+    `end` bytes are whole lines; the bytes after `end` begin the next piece. Not sliced
+    to `end` (the regex takes an end position), so each piece is copied once, not twice."""
     rest = b""
     line_base = 0
     offset = 0
@@ -138,71 +152,114 @@ def _chunks(f: BinaryIO, source: TraceSource) -> Iterator[tuple[bytes, int]]:
         offset += len(chunk)
         if not chunk:
             if rest:
-                yield rest, line_base
+                yield rest, len(rest), line_base
             return
-        data = rest + chunk
+        data = rest + chunk if rest else chunk
         cut = data.rfind(b"\n") + 1
         if cut == 0:
             rest = data
             continue
-        yield data[:cut], line_base
+        yield data, cut, line_base
         line_base += data.count(b"\n", 0, cut)
         rest = data[cut:]
 
 
-def _scan(data: bytes, line_base: int, state: _State) -> list[CollectiveCall]:
-    """The calls of one chunk whose TUNING line (if any) has been seen."""
+def _scan(data: bytes, end: int, line_base: int, state: _State) -> list[CollectiveCall]:
+    """The calls of `data[:end]` whose TUNING line (if any) has been seen, in the order
+    they are complete.
+
+    The hot path of the reader, one pass per line of interest, written for speed: the
+    regex's groups are read by index from locals, the line number is counted only for
+    lines that need one (COLL lines and malformed ones), everything that depends only on
+    the line's prefix, comm and shape comes from a cache (`state.shapes`), and the
+    thread of a TUNING line from a cache keyed by its prefix.
+    """
     out: list[CollectiveCall] = []
-    pos, line = 0, line_base
+    pos, line = 0, line_base           # `line` = newlines before offset `pos`
     rfind, count = data.rfind, data.count
-    shapes, pending, name = state.shapes, state.pending, state.source.name
-    for m in _LINE.finditer(data):
+    shapes, pending, threads, tunings = state.shapes, state.pending, state.threads, state.tunings
+    name, summary = state.source.name, state.summary
+    call_record = CollectiveCall
+    COLL_GROUPS = (_OP + 1, _OPCOUNT + 1, _SHAPE + 1, _GRANK + 1)
+    TUNING_GROUPS = (_TOP + 1, _TBYTES + 1, _ALGO + 1, _PROTO + 1)
+    ICOMM = _ICOMM + 1
+    for m in _LINE.finditer(data, 0, end):
         start = m.start()
         line_start = rfind(b"\n", 0, start) + 1
-        line += count(b"\n", pos, line_start)
-        pos = line_start
-        g = m.groups()
         pre = data[line_start:start]
-        op = g[_OP]
+        op, opcount, shape_text, grank = m.group(*COLL_GROUPS)
         if op is not None:
-            # The hot path (most lines of a COLL log): what depends only on the prefix, the
-            # comm and the call's shape is worked out once per distinct combination.
-            ts = None
+            line += count(b"\n", pos, line_start)
+            pos = line_start
             if b"-" in pre:                    # a timestamp (NCCL >= 2.26, or the launcher's)
-                t = _TIMESTAMP.search(pre)
-                if t is not None:
-                    ts = _epoch_us(t.group("date"), t.group("time"), t.group("frac"))
-                    pre = pre[:t.start()] + pre[t.end():]
-            key = (pre, op, g[_COUNT], g[_DTYPE], g[_COMM], g[_NRANKS], g[_GRANK])
+                ts, pre = _timestamp(pre)
+            else:
+                ts = None
+            key = (pre, op, shape_text, grank)
             shape = shapes.get(key)
             if shape is None:
                 if len(shapes) > 100_000:
                     shapes.clear()
-                shape = shapes[key] = _coll_shape(g, pre, state)
+                shape = shapes[key] = _coll_shape(m.groups(), pre, state)
             if shape is _UNKNOWN_OP:
-                state.summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
+                summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
                 continue
-            thread, _, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, p2p = shape
+            thread, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, peer = shape
             calls = pending[thread]
-            calls.append(CollectiveCall(name, f"line {line + 1}", coll, rank, comm, nranks, dtype, n,
-                                        nbytes, int(g[_OPCOUNT], 16), ts, None,
-                                        int(g[_ROOT]) if p2p else None, None, None, None, "log",
-                                        in_b, out_b))
+            calls.append(call_record(name, f"line {line + 1}", coll, rank, comm, nranks, dtype, n,
+                                     nbytes, int(opcount, 16), ts, None, peer, None, None, None,
+                                     "log", in_b, out_b))
             if len(calls) > 512:       # no TUNING lines in this log: do not hold calls back
-                state.summary.records += len(calls)
                 out.extend(calls)
                 calls.clear()
-        elif g[_TBYTES] is not None:
-            _tuning_line(g, pre, state, out)
-        elif g[_ICOMM] is not None:
-            _init_line(g, pre, state)
         else:
-            state.summary.skip("COLL line in no known format")
-            if state.first_bad is None:
-                state.first_bad = line + 1
+            tuning_text = m.group(*TUNING_GROUPS)
+            if tuning_text[1] is not None:
+                calls = pending.pop(threads.get(pre) or _thread(pre, threads), None)
+                if calls:
+                    coll, nbytes, algo, proto = tunings.get(tuning_text) or _tuning(tuning_text, tunings)
+                    # The calls this thread has just logged of the TUNING line's operation
+                    # and size (a thread may log several calls before one TUNING line).
+                    for call in calls:
+                        if (call.algorithm is None and (coll is None or call.collective == coll)
+                                and call.bytes in (nbytes, None)):
+                            call.algorithm, call.protocol = algo, proto
+                    out.extend(calls)
+                else:
+                    summary.skip("TUNING line with no COLL line before it")
+            elif m.group(ICOMM) is not None:
+                _init_line(m.groups(), pre, state)
+            else:
+                line += count(b"\n", pos, line_start)
+                pos = line_start
+                summary.skip("COLL line in no known format")
+                if state.first_bad is None:
+                    state.first_bad = line + 1
         if len(pending) > 64:
-            _flush(state, out)
+            for calls in pending.values():
+                out.extend(calls)
+            pending.clear()
+    summary.records += len(out)
     return out
+
+
+def _timestamp(pre: bytes) -> tuple[float | None, bytes]:
+    """(time in us, the prefix without it) of a prefix that may hold a timestamp. The
+    timestamp is left out of the prefix so that the prefix still keys the shape cache."""
+    t = _TIMESTAMP.search(pre)
+    if t is None:
+        return None, pre
+    return _epoch_us(t.group("date"), t.group("time"), t.group("frac")), pre[:t.start()] + pre[t.end():]
+
+
+def _thread(pre: bytes, threads: dict[bytes, tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
+    """(pid, tid) of a line's prefix, remembered unless the prefix has a timestamp (those never repeat)."""
+    _host, pid, tid, _rank, ts = _process(pre)
+    if ts is None:
+        if len(threads) > 100_000:
+            threads.clear()
+        threads[pre] = (pid, tid)
+    return pid, tid
 
 
 _prefix_cache: dict[bytes, tuple[bytes, bytes, bytes, int | None, float | None]] = {}
@@ -271,13 +328,14 @@ def _init_line(g: tuple, pre: bytes, state: _State) -> None:
 
 
 def _coll_shape(g: tuple, pre: bytes, state: _State) -> tuple | object:
-    """(thread, timestamp, collective, rank, communicator, nranks, dtype, count, bytes,
-    in_bytes, out_bytes, is point-to-point) of a COLL line, or _UNKNOWN_OP."""
-    host, pid, tid, rank, ts = _process(pre)
+    """(thread, collective, rank, communicator, nranks, dtype, count, bytes, in_bytes,
+    out_bytes, peer) of a COLL line, or _UNKNOWN_OP. `peer` is the root of a Send/Recv."""
+    host, pid, tid, rank, _ts = _process(pre)
     shape = _shape(g, host, pid, g[_COMM], rank, state)
     if shape is _UNKNOWN_OP:
         return shape
-    return ((pid, tid), ts, *shape, shape[0] in ("send", "recv"))
+    peer = int(g[_ROOT]) if shape[0] in ("send", "recv") else None
+    return ((pid, tid), *shape, peer)
 
 
 _UNKNOWN_OP = object()
@@ -332,28 +390,11 @@ def _sizes(coll: str, count: int, size: int | None, nranks: int | None
     return in_b, out_b, in_b     # reducescatter, scatter, alltoall: the send buffer
 
 
-def _tuning_line(g: tuple, pre: bytes, state: _State, out: list[CollectiveCall]) -> None:
-    """Algorithm and protocol for the calls this thread has just logged (same op and size)."""
-    host, pid, tid, _rank, _ts = _process(pre)
-    calls = state.pending.pop((pid, tid), None)
-    if not calls:
-        state.summary.skip("TUNING line with no COLL line before it")
-        return
-    coll = COLLECTIVE_OPS.get(g[_TOP]) if g[_TOP] else None
-    nbytes = int(g[_TBYTES])
-    algo, proto = g[_ALGO].decode(), g[_PROTO].decode()
-    for call in calls:
-        if call.algorithm is None and (coll is None or call.collective == coll) and call.bytes in (nbytes, None):
-            call.algorithm, call.protocol = algo, proto
-    _emit(calls, state, out)
-
-
-def _flush(state: _State, out: list[CollectiveCall]) -> None:
-    for calls in state.pending.values():
-        _emit(calls, state, out)
-    state.pending.clear()
-
-
-def _emit(calls: list[CollectiveCall], state: _State, out: list[CollectiveCall]) -> None:
-    state.summary.records += len(calls)
-    out.extend(calls)
+def _tuning(text: tuple, tunings: dict[tuple, tuple]) -> tuple[str | None, int, str, str]:
+    """(collective or None, bytes, algorithm, protocol) of a TUNING line's groups, remembered."""
+    top, tbytes, algo, proto = text
+    if len(tunings) > 100_000:
+        tunings.clear()
+    result = tunings[text] = (COLLECTIVE_OPS.get(top) if top else None, int(tbytes),
+                              algo.decode(), proto.decode())
+    return result
