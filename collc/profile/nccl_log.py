@@ -108,14 +108,15 @@ class _State:
         self.threads: dict[bytes, tuple[bytes, bytes]] = {}   # line prefix -> (pid, tid)
         self.tunings: dict[tuple, tuple] = {}     # TUNING line's groups -> see _tuning
         self.process_local_comms = 0
+        self.lines = 0                            # lines before the piece being scanned
 
 
 def read_nccl_log(source: TraceSource, summary: SourceSummary, context: TraceContext
                   ) -> Iterator[CollectiveCall]:
     state = _State(source, summary, context)
     with source.open() as f:
-        for data, end, line_base in _chunks(f, source):
-            yield from _scan(data, end, line_base, state)
+        for data, end in _chunks(f, state):
+            yield from _scan(data, end, state)
     out: list[CollectiveCall] = []
     for calls in state.pending.values():
         out.extend(calls)
@@ -135,36 +136,35 @@ def read_nccl_log(source: TraceSource, summary: SourceSummary, context: TraceCon
                              "host:pid:comm pointer, so calls cannot be matched across processes")
 
 
-def _chunks(f: BinaryIO, source: TraceSource) -> Iterator[tuple[bytes, int, int]]:
-    """(data, end, line number before it): the (decompressed) file in pieces whose first
-    `end` bytes are whole lines; the bytes after `end` begin the next piece. Not sliced
-    to `end` (the regex takes an end position), so each piece is copied once, not twice."""
+def _chunks(f: BinaryIO, state: _State) -> Iterator[tuple[bytes, int]]:
+    """(data, end): the (decompressed) file in pieces whose first `end` bytes are whole
+    lines; the bytes after `end` begin the next piece. Not sliced to `end` (the regex
+    takes an end position), so each piece is copied once, not twice. `_scan` counts the
+    lines of each piece into `state.lines`."""
     rest = b""
-    line_base = 0
     offset = 0
     while True:
         try:
             chunk = f.read(CHUNK_BYTES)
         except (EOFError, zlib.error, OSError) as e:
             raise CollcError(f"truncated or corrupt compressed log: {e}",
-                             Span(source.name, line_base + rest.count(b"\n") + 1, 1),
+                             Span(state.source.name, state.lines + rest.count(b"\n") + 1, 1),
                              notes=(f"after {offset} bytes of decompressed data",)) from None
         offset += len(chunk)
         if not chunk:
             if rest:
-                yield rest, len(rest), line_base
+                yield rest, len(rest)
             return
         data = rest + chunk if rest else chunk
         cut = data.rfind(b"\n") + 1
         if cut == 0:
             rest = data
             continue
-        yield data, cut, line_base
-        line_base += data.count(b"\n", 0, cut)
+        yield data, cut
         rest = data[cut:]
 
 
-def _scan(data: bytes, end: int, line_base: int, state: _State) -> list[CollectiveCall]:
+def _scan(data: bytes, end: int, state: _State) -> list[CollectiveCall]:
     """The calls of `data[:end]` whose TUNING line (if any) has been seen, in the order
     they are complete.
 
@@ -175,7 +175,7 @@ def _scan(data: bytes, end: int, line_base: int, state: _State) -> list[Collecti
     thread of a TUNING line from a cache keyed by its prefix.
     """
     out: list[CollectiveCall] = []
-    pos, line = 0, line_base           # `line` = newlines before offset `pos`
+    pos, line = 0, state.lines + 1     # `line` = the number of the line at offset `pos`
     rfind, count = data.rfind, data.count
     shapes, pending, threads, tunings = state.shapes, state.pending, state.threads, state.tunings
     name, summary = state.source.name, state.summary
@@ -183,6 +183,7 @@ def _scan(data: bytes, end: int, line_base: int, state: _State) -> list[Collecti
     COLL_GROUPS = (_OP + 1, _OPCOUNT + 1, _SHAPE + 1, _GRANK + 1)
     TUNING_GROUPS = (_TOP + 1, _TBYTES + 1, _ALGO + 1, _PROTO + 1)
     ICOMM = _ICOMM + 1
+    UNKNOWN_OP = _UNKNOWN_OP
     for m in _LINE.finditer(data, 0, end):
         start = m.start()
         line_start = rfind(b"\n", 0, start) + 1
@@ -201,12 +202,12 @@ def _scan(data: bytes, end: int, line_base: int, state: _State) -> list[Collecti
                 if len(shapes) > 100_000:
                     shapes.clear()
                 shape = shapes[key] = _coll_shape(m.groups(), pre, state)
-            if shape is _UNKNOWN_OP:
+            if shape is UNKNOWN_OP:
                 summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
                 continue
             thread, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, peer = shape
             calls = pending[thread]
-            calls.append(call_record(name, f"line {line + 1}", coll, rank, comm, nranks, dtype, n,
+            calls.append(call_record(name, f"line {line}", coll, rank, comm, nranks, dtype, n,
                                      nbytes, int(opcount, 16), ts, None, peer, None, None, None,
                                      "log", in_b, out_b))
             if len(calls) > 512:       # no TUNING lines in this log: do not hold calls back
@@ -221,9 +222,10 @@ def _scan(data: bytes, end: int, line_base: int, state: _State) -> list[Collecti
                     # The calls this thread has just logged of the TUNING line's operation
                     # and size (a thread may log several calls before one TUNING line).
                     for call in calls:
-                        if (call.algorithm is None and (coll is None or call.collective == coll)
-                                and call.bytes in (nbytes, None)):
-                            call.algorithm, call.protocol = algo, proto
+                        if call.algorithm is None and (coll is None or call.collective == coll):
+                            size = call.bytes
+                            if size == nbytes or size is None:
+                                call.algorithm, call.protocol = algo, proto
                     out.extend(calls)
                 else:
                     summary.skip("TUNING line with no COLL line before it")
@@ -234,11 +236,12 @@ def _scan(data: bytes, end: int, line_base: int, state: _State) -> list[Collecti
                 pos = line_start
                 summary.skip("COLL line in no known format")
                 if state.first_bad is None:
-                    state.first_bad = line + 1
+                    state.first_bad = line
         if len(pending) > 64:
             for calls in pending.values():
                 out.extend(calls)
             pending.clear()
+    state.lines = line - 1 + count(b"\n", pos, end)
     summary.records += len(out)
     return out
 
