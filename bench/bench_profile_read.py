@@ -13,10 +13,18 @@ peak memory is per reader, by:
 Each reports its own time (after imports) and peak RSS; the parent reports wall time.
 
 NCCL logs: a log built by replicating the lines of the real 2.27.7 all_reduce_perf log
-(990 COLL, 495 TUNING, INIT and other lines), read with `read_traces`: MB/s.
+(990 COLL, 495 TUNING, INIT and other lines), plain and gzip-compressed, read with
+`read_traces` in a fresh process `--log-runs` times each: MB (of decompressed log) per
+CPU second of the reading process (what the reader costs, whatever else the machine
+runs) and per wall-clock second, with the load average at each run.
 
     python3 bench/bench_profile_read.py --hta-python /tmp/htavenv/bin/python \
         [--copies 1 4 20] [--log-copies 300] [--out bench/results/profile_read.json]
+    python3 bench/bench_profile_read.py --only-log [--baseline REV]   # the NCCL log rows only
+
+`--baseline REV` reads the same logs with the collc package of git revision REV too (its
+source exported to a temporary folder and put first on PYTHONPATH), the runs of both
+interleaved so that both see the same load.
 """
 
 from __future__ import annotations
@@ -130,12 +138,18 @@ def _child_hwm_mib(pid: int) -> float | None:
     return None
 
 
-def run_child(python: str, code: str, path: Path, min_available_mib: float = 0) -> dict:
+def run_child(python: str, code: str, path: Path, min_available_mib: float = 0,
+              pythonpath: Path | None = None) -> dict:
     """Run `code` on `path` in a fresh interpreter; on a shared machine, stop it (and say
     so) when the machine's available memory falls below `min_available_mib`."""
+    env = None
+    if pythonpath is not None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(pythonpath)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     t = time.perf_counter()
     proc = subprocess.Popen([python, "-c", code, str(path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=path.parent)   # not the checkout: `python -c` imports from its folder first
     stopped = None
     while proc.poll() is None:
         try:
@@ -172,6 +186,11 @@ def main() -> int:
     ap.add_argument("--min-available-mib", type=float, default=3072,
                     help="stop HTA when the machine has less memory available than this")
     ap.add_argument("--only-hta", action="store_true", help="run HTA only (to redo one size)")
+    ap.add_argument("--only-log", action="store_true",
+                    help="run the NCCL log rows only, keeping the Kineto rows of --out")
+    ap.add_argument("--log-runs", type=int, default=5, help="fresh-process reads of each log")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also read the logs with collc as of this git revision")
     ap.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     args = ap.parse_args()
     if args.render:
@@ -182,8 +201,13 @@ def main() -> int:
     results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                  "loadavg_at_start": os.getloadavg()},
                      "kineto": [], "nccl_log": None}
+    if args.only_log:
+        before = json.loads(Path(args.out).read_text())
+        results["kineto"] = before["kineto"]
+        results["machine"]["kineto_loadavg"] = [before["machine"]["loadavg_at_start"],
+                                                before["machine"]["loadavg_at_end"]]
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        for copies in args.copies:
+        for copies in [] if args.only_log else args.copies:
             path = Path(tmp) / f"kineto_x{copies}.json"
             info = build_kineto(copies, path)
             row = {"trace": info}
@@ -207,13 +231,10 @@ def main() -> int:
             print(json.dumps(row), flush=True)
             path.unlink()
         if not args.only_hta:
-            log = Path(tmp) / "nccl.log"
-            info = build_log(args.log_copies, log)
-            run = run_child(sys.executable, COLLC_CALLS, log)
-            run["mb_per_s"] = info["bytes"] / 1e6 / run["seconds"] if "seconds" in run else None
-            run["mb_per_cpu_s"] = info["bytes"] / 1e6 / run["cpu_seconds"] if "cpu_seconds" in run else None
-            results["nccl_log"] = {"log": info, "collc": run}
-            print(json.dumps(results["nccl_log"]), flush=True)
+            baseline = export_revision(args.baseline, Path(tmp)) if args.baseline else None
+            results["nccl_log"] = log_rows(Path(tmp), args.log_copies, args.log_runs, baseline)
+            if baseline is not None:
+                results["nccl_log"]["baseline"] = args.baseline
     results["machine"]["loadavg_at_end"] = os.getloadavg()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -221,6 +242,85 @@ def main() -> int:
     out.with_suffix(".md").write_text(markdown(results))
     print(markdown(results))
     return 0
+
+
+def export_revision(rev: str, tmp: Path) -> Path:
+    """The `collc` package of git revision `rev`, exported under `tmp`; the folder to import it from."""
+    out = tmp / "baseline"
+    out.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "collc"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    return out
+
+
+def log_rows(tmp: Path, copies: int, runs: int, baseline: Path | None = None) -> dict:
+    """The NCCL log read `runs` times, plain and gzip, each in a fresh process (and as
+    often with the baseline's collc, alternating with this checkout's)."""
+    log = tmp / "nccl.log"
+    info = build_log(copies, log)
+    packed = tmp / "nccl.log.gz"
+    with open(log, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+        while block := src.read(1 << 24):
+            dst.write(block)
+    info["gzip_bytes"] = packed.stat().st_size
+    rows: dict = {"log": info, "runs": {}}
+    if baseline is not None:
+        rows["baseline_runs"] = {}
+    for name, path in (("plain", log), ("gzip", packed)):
+        for key, source in (("runs", None), ("baseline_runs", baseline)):
+            if key in rows:
+                rows[key][name] = []
+        for _ in range(runs):
+            for key, source in (("runs", None), ("baseline_runs", baseline)):
+                if key not in rows:
+                    continue
+                load = os.getloadavg()[0]
+                run = run_child(sys.executable, COLLC_CALLS, path, pythonpath=source)
+                run["loadavg"] = load
+                if "seconds" in run:
+                    run["mb_per_s"] = info["bytes"] / 1e6 / run["seconds"]
+                    run["mb_per_cpu_s"] = info["bytes"] / 1e6 / run["cpu_seconds"]
+                rows[key][name].append(run)
+                print(json.dumps({key: {name: run}}), flush=True)
+    return rows
+
+
+def _log_markdown(log: dict) -> list[str]:
+    if log is None:
+        return []
+    if "runs" not in log:                # results of the one-run format this script wrote first
+        log = {"log": log["log"], "runs": {"plain": [log["collc"]]}}
+    mb = log["log"]["bytes"] / 1e6
+    rows = ["", f"NCCL log: {mb:,.0f} MB ({log['log']['copies']} copies of the 2.27.7 log), "
+            "read by `read_traces` in a fresh process per run; best and median of the runs.", "",
+            "| collc | input | runs | COLL lines | MB per CPU second (best / median) | wall MB/s (best / median) "
+            "| CPU s (best) | load average during the runs |",
+            "|---|---|---|---|---|---|---|---|"]
+    versions = [("this checkout", log["runs"])]
+    if "baseline_runs" in log:
+        versions.append((f"at {log['baseline']}", log["baseline_runs"]))
+    for version, by_input in versions:
+        rows += _log_version_rows(version, by_input, log["log"])
+    return rows
+
+
+def _log_version_rows(version: str, by_input: dict, info: dict) -> list[str]:
+    rows = []
+    for name, runs in by_input.items():
+        ok = [r for r in runs if "cpu_seconds" in r]
+        if not ok:
+            rows.append(f"| {version} | {name} | {len(runs)} | failed: {runs[0].get('error')} | | | | |")
+            continue
+        cpu = sorted(r["mb_per_cpu_s"] for r in ok)
+        wall = sorted(r["mb_per_s"] for r in ok)
+        loads = [r["loadavg"] for r in ok if "loadavg" in r]
+        load = f"{min(loads):.1f} to {max(loads):.1f}" if loads else ""
+        label = "plain" if name == "plain" else f"gzip ({info['gzip_bytes'] / 1e6:,.1f} MB on disk)"
+        rows.append(f"| {version} | {label} | {len(ok)} | {ok[0]['calls']:,} | {cpu[-1]:.0f} / {cpu[len(cpu) // 2]:.0f} | "
+                    f"{wall[-1]:.0f} / {wall[len(wall) // 2]:.0f} | "
+                    f"{min(r['cpu_seconds'] for r in ok):.2f} | {load} |")
+    return rows
 
 
 def markdown(results: dict) -> str:
@@ -251,16 +351,16 @@ def markdown(results: dict) -> str:
             cpu = f"{r['cpu_seconds']:.2f}" if "cpu_seconds" in r else ""
             rows.append(f"| {size} | {events:,} | {name} | {r['seconds']:.2f} | {cpu} | {r['peak_rss_mib']:,.0f} | "
                         f"{'' if ratio is None else f'{ratio:.1f}x'} | {cpu_ratio} |")
-    log = results["nccl_log"]
-    rows += [] if log is None else ["", "| NCCL log | COLL lines | time (s) | MB/s | MB per CPU second |", "|---|---|---|---|---|",
-             f"| {log['log']['bytes'] / 1e6:,.0f} MB ({log['log']['copies']} copies of the 2.27.7 log) | "
-             f"{log['collc'].get('calls', 0):,} | {log['collc'].get('seconds', float('nan')):.2f} | "
-             f"{log['collc'].get('mb_per_s') or float('nan'):.0f} | "
-             f"{log['collc'].get('mb_per_cpu_s') or float('nan'):.0f} |"]
+    rows += _log_markdown(results["nccl_log"])
     m = results["machine"]
-    rows += ["", f"Python {m['python']}, {m['cpus']} CPUs, load average {m['loadavg_at_start'][0]:.1f} "
-             f"at start and {m.get('loadavg_at_end', [float('nan')])[0]:.1f} at end (a shared machine: "
-             "compare ratios, not times)."]
+    kineto_load = m.get("kineto_loadavg")
+    when = (f"load average {kineto_load[0][0]:.1f} to {kineto_load[1][0]:.1f} during the Kineto rows "
+            f"and {m['loadavg_at_start'][0]:.1f} to {m.get('loadavg_at_end', [float('nan')])[0]:.1f} "
+            "during the NCCL log rows" if kineto_load else
+            f"load average {m['loadavg_at_start'][0]:.1f} at start and "
+            f"{m.get('loadavg_at_end', [float('nan')])[0]:.1f} at end")
+    rows += ["", f"Python {m['python']}, {m['cpus']} CPUs, {when} (a shared machine: compare ratios, "
+             "not times; CPU seconds are the reading process's own)."]
     return "\n".join(rows) + "\n"
 
 
