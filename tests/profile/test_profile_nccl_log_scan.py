@@ -1,0 +1,130 @@
+"""The NCCL log reader's scan: the same records whatever the size of the pieces it reads,
+and the same records as the reader gave before it was made faster (digests taken then).
+
+The mixed log below interleaves 40 threads of several processes with NCCL 2.4, 2.18, 2.27
+and RCCL lines, timestamps, TUNING lines with and without a COLL line before them,
+unknown operations and malformed COLL lines: it drives every path of the scan, including
+the flush of pending calls when more than 64 threads wait for a TUNING line.
+"""
+
+import dataclasses
+import gzip
+import hashlib
+import random
+
+import pytest
+
+import collc.profile.nccl_log as nccl_log
+from collc.profile.sources import read_traces
+from helpers_profile import LOGS, sample
+from test_profile_nccl_log import RCCL, REAL, V24, V218, V227
+
+ODD_LINES = [
+    # an operation NCCL does not have, a COLL line with a garbled opCount, an unknown datatype
+    "node01:12345:12345 [0] NCCL INFO Frobnicate: opCount 0 sendbuff 0x1 recvbuff 0x1 count 4 "
+    "datatype 7 op 0 root 0 comm 0x55d0c7a0 [nranks=4] stream 0x1",
+    "node01:12345:12345 [0] NCCL INFO AllReduce: opCount zz sendbuff 0x1 recvbuff 0x1 count 4 "
+    "datatype 7 op 0 root 0 comm 0x55d0c7a0",
+    "node01:12345:12345 [0] NCCL INFO AllReduce: opCount 3 sendbuff 0x1 recvbuff 0x1 count 4 "
+    "datatype 42 op 0 root 0 comm 0x55d0c7a0 stream 0x2",
+    "node01:12345:12345 [0] NCCL INFO AllReduce: 4194304 Bytes -> Algo TREE proto LL128 channel{Lo..Hi}={0..3}",
+    "node01:12345:12345 [0] NCCL INFO 16 Bytes -> Algo 0 proto 0 time 3.0",
+    "node01:12345:12345 [0] NCCL INFO comm 0x55d0c7a0 rank 0 nranks 4 cudaDev 0 busId 1000 - Destroy COMPLETE",
+    "2025-01-02T03:04:05 node09:77:78 [3] NCCL INFO AllGather: opCount 7 sendbuff 0x1 recvbuff 0x2 "
+    "count 10 datatype 9 op 0 root 0 comm 0xabc [nranks=2] stream 0x3",
+    "2025-01-02 03:04:05.123 node09:77:78 [3] NCCL INFO AllGather: 40 Bytes -> Algo RING proto LL",
+    "[rank7]:node09:77:79 [3] NCCL INFO ReduceScatter: opCount 8 sendbuff 0x1 recvbuff 0x2 count 10 "
+    "datatype 7 op 0 root 0 comm 0xabd stream 0x3",
+    "x NCCL INFO comm 0xabd rank 3 nranks 8 commId 0xfeed - Init COMPLETE",
+    "noise NCCL INFO AllReduce: opCount",
+    "a line of the program's own output",
+]
+
+
+def mixed_log(lines: int, seed: int = 7) -> bytes:
+    rng = random.Random(seed)
+    templates = [line for text in (V24, V218, V227, RCCL) for line in text.splitlines()]
+    templates += ODD_LINES * 4
+    out = []
+    for _ in range(lines):
+        line = rng.choice(templates)
+        if rng.random() < 0.5:       # another thread of another process
+            line = line.replace(":12345:12345", f":{rng.randrange(12340, 12350)}:{rng.randrange(12340, 12380)}")
+        out.append(line)
+    return ("\n".join(out) + "\n").encode()
+
+
+def records(paths) -> list:
+    """Everything a read gives, with the files' folder left out (it differs per test run)."""
+    ts = read_traces(paths)
+    folder = str(paths[0].parent)
+    return [[dataclasses.astuple(c)[1:] for c in ts.calls],
+            [(s.format, s.records, sorted(s.skipped.items())) for s in ts.sources],
+            ts.world_size, sorted((k, dataclasses.astuple(v)) for k, v in ts.communicators.items()),
+            [n.replace(folder, "") for n in ts.notes]]
+
+
+def digest(result: list) -> str:
+    return hashlib.sha256(repr(result).encode()).hexdigest()[:16]
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    p = tmp_path / "mixed.log"
+    p.write_bytes(mixed_log(6000))
+    return p
+
+
+@pytest.fixture
+def untuned(tmp_path):
+    """One thread's 800 calls and no TUNING line: calls are not held back for one."""
+    p = tmp_path / "untuned.log"
+    p.write_text(V24 * 200)
+    return p
+
+
+@pytest.mark.parametrize("piece", [64, 1000, 4096])
+def test_same_records_whatever_the_piece_size(mixed, untuned, monkeypatch, piece):
+    # 64 bytes is shorter than most lines: pieces then end inside a line, and a line is
+    # carried over several reads before it is whole.
+    whole = records([mixed]), records([untuned])
+    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", piece)
+    assert (records([mixed]), records([untuned])) == whole
+
+
+def test_real_log_same_records_in_small_pieces_and_gzip(tmp_path, monkeypatch):
+    real = sample(REAL, LOGS)
+    plain = tmp_path / "real.log"
+    plain.write_bytes(real.read_bytes())
+    packed = tmp_path / "real.log.gz"
+    packed.write_bytes(gzip.compress(real.read_bytes()))
+    whole = records([plain])
+    assert records([packed]) == whole
+    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 3000)
+    assert records([plain]) == whole
+    assert records([packed]) == whole
+
+
+# sha256 (first 16 hex digits) of `records` as the reader gave them before its scan was
+# made faster (collc at 880fb4c): the faster scan must give exactly the same records.
+REAL_DIGEST = "5200dc669c32aca3"
+MIXED_DIGEST = "9776d133581b4f35"
+UNTUNED_DIGEST = "eb7a9355b083afda"
+
+
+def test_real_log_records_unchanged(tmp_path):
+    plain = tmp_path / "real.log"
+    plain.write_bytes(sample(REAL, LOGS).read_bytes())
+    assert digest(records([plain])) == REAL_DIGEST
+
+
+def test_mixed_log_records_unchanged(mixed):
+    result = records([mixed])
+    assert len(result[0]) > 1000 and result[1][0][2]    # calls, and lines skipped for each reason
+    assert digest(result) == MIXED_DIGEST
+
+
+def test_untuned_log_records_unchanged(untuned):
+    result = records([untuned])
+    assert len(result[0]) == 800 and result[0][-1][0] == "line 1200"
+    assert digest(result) == UNTUNED_DIGEST
