@@ -204,8 +204,8 @@ def main() -> int:
     if args.only_log:
         before = json.loads(Path(args.out).read_text())
         results["kineto"] = before["kineto"]
-        results["machine"]["kineto_loadavg"] = [before["machine"]["loadavg_at_start"],
-                                                before["machine"]["loadavg_at_end"]]
+        results["machine"]["kineto_loadavg"] = before["machine"].get(
+            "kineto_loadavg", [before["machine"]["loadavg_at_start"], before["machine"]["loadavg_at_end"]])
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         for copies in [] if args.only_log else args.copies:
             path = Path(tmp) / f"kineto_x{copies}.json"
