@@ -295,14 +295,29 @@ def _log_markdown(log: dict) -> list[str]:
     rows = ["", f"NCCL log: {mb:,.0f} MB ({log['log']['copies']} copies of the 2.27.7 log), "
             "read by `read_traces` in a fresh process per run; best and median of the runs.", "",
             "| collc | input | runs | COLL lines | MB per CPU second (best / median) | wall MB/s (best / median) "
-            "| CPU s (best) | load average during the runs |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| CPU s (best) | peak RSS (MiB) | load average during the runs |",
+            "|---|---|---|---|---|---|---|---|---|"]
     versions = [("this checkout", log["runs"])]
     if "baseline_runs" in log:
         versions.append((f"at {log['baseline']}", log["baseline_runs"]))
     for version, by_input in versions:
         rows += _log_version_rows(version, by_input, log["log"])
+    if "baseline_runs" in log:
+        ratios = []
+        for name, runs in log["runs"].items():
+            mine = [r["mb_per_cpu_s"] for r in runs if "mb_per_cpu_s" in r]
+            theirs = [r["mb_per_cpu_s"] for r in log["baseline_runs"].get(name, []) if "mb_per_cpu_s" in r]
+            if mine and theirs:
+                ratios.append(f"{max(mine) / max(theirs):.2f}x {name} (median {_median(mine) / _median(theirs):.2f}x)")
+        if ratios:
+            rows += ["", f"This checkout against {log['baseline']}, MB per CPU second, best run against best run: "
+                     + ", ".join(ratios) + "."]
     return rows
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def _log_version_rows(version: str, by_input: dict, info: dict) -> list[str]:
@@ -310,7 +325,7 @@ def _log_version_rows(version: str, by_input: dict, info: dict) -> list[str]:
     for name, runs in by_input.items():
         ok = [r for r in runs if "cpu_seconds" in r]
         if not ok:
-            rows.append(f"| {version} | {name} | {len(runs)} | failed: {runs[0].get('error')} | | | | |")
+            rows.append(f"| {version} | {name} | {len(runs)} | failed: {runs[0].get('error')} | | | | | |")
             continue
         cpu = sorted(r["mb_per_cpu_s"] for r in ok)
         wall = sorted(r["mb_per_s"] for r in ok)
@@ -319,7 +334,7 @@ def _log_version_rows(version: str, by_input: dict, info: dict) -> list[str]:
         label = "plain" if name == "plain" else f"gzip ({info['gzip_bytes'] / 1e6:,.1f} MB on disk)"
         rows.append(f"| {version} | {label} | {len(ok)} | {ok[0]['calls']:,} | {cpu[-1]:.0f} / {cpu[len(cpu) // 2]:.0f} | "
                     f"{wall[-1]:.0f} / {wall[len(wall) // 2]:.0f} | "
-                    f"{min(r['cpu_seconds'] for r in ok):.2f} | {load} |")
+                    f"{min(r['cpu_seconds'] for r in ok):.2f} | {max(r['peak_rss_mib'] for r in ok):,.0f} | {load} |")
     return rows
 
 
