@@ -141,25 +141,32 @@ def _chunks(f: BinaryIO, state: _State) -> Iterator[tuple[bytes, int]]:
     lines; the bytes after `end` begin the next piece. Not sliced to `end` (the regex
     takes an end position), so each piece is copied once, not twice. `_scan` counts the
     lines of each piece into `state.lines`."""
-    rest = b""
+    rest = b""                  # the start of a line that the last piece did not finish
+    unfinished: list[bytes] = []  # reads since, none with a newline (joined once, not re-copied per read)
     offset = 0
     while True:
         try:
             chunk = f.read(CHUNK_BYTES)
         except (EOFError, zlib.error, OSError) as e:
             raise CollcError(f"truncated or corrupt compressed log: {e}",
-                             Span(state.source.name, state.lines + rest.count(b"\n") + 1, 1),
+                             Span(state.source.name, state.lines + 1, 1),
                              notes=(f"after {offset} bytes of decompressed data",)) from None
         offset += len(chunk)
         if not chunk:
+            rest = b"".join([rest, *unfinished])
             if rest:
                 yield rest, len(rest)
             return
-        data = rest + chunk if rest else chunk
-        cut = data.rfind(b"\n") + 1
+        cut = chunk.rfind(b"\n") + 1
         if cut == 0:
-            rest = data
+            unfinished.append(chunk)
             continue
+        if rest or unfinished:
+            head = b"".join([rest, *unfinished])
+            data, cut = head + chunk, len(head) + cut
+            unfinished.clear()
+        else:
+            data = chunk
         yield data, cut
         rest = data[cut:]
 
