@@ -67,7 +67,8 @@ _LINE_PATTERN = (
     rb"(?: stream (?P<stream>\S++))?(?: task (?P<task>\d++) globalrank (?P<grank>\d++))?"
     rb"[^\n]*+"
     # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
-    rb"|(?:(?P<top>[A-Za-z]++): )?(?P<tbytes>\d++) Bytes -> Algo (?P<algo>\w++) proto (?P<proto>\w++)[^\n]*+"
+    rb"|(?P<tuning>(?:(?P<top>[A-Za-z]++): )?(?P<tbytes>\d++) Bytes -> Algo (?P<algo>\w++) proto (?P<proto>\w++))"
+    rb"[^\n]*+"
     # INIT: ... comm 0x.. rank R nranks N ... [busId B] ... [commId 0x..]
     rb"|(?:\w++ )?comm (?P<icomm>0x[0-9a-fA-F]++) rank (?P<irank>\d++) n[Rr]anks (?P<inranks>\d++)"
     rb"(?P<initrest>[^\n]*+)"
@@ -81,7 +82,7 @@ _LINE = re.compile(_LINE_PATTERN)
 _G = {name: index - 1 for name, index in _LINE.groupindex.items()}
 _OP, _OPCOUNT, _SHAPE, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
     _G[n] for n in ("op", "opcount", "shape", "count", "dtype", "root", "comm", "nranks", "grank"))
-_TOP, _TBYTES, _ALGO, _PROTO = (_G[n] for n in ("top", "tbytes", "algo", "proto"))
+_TUNING, _TOP, _TBYTES, _ALGO, _PROTO = (_G[n] for n in ("tuning", "top", "tbytes", "algo", "proto"))
 _ICOMM, _IRANK, _INRANKS, _INITREST = (_G[n] for n in ("icomm", "irank", "inranks", "initrest"))
 
 _PROCESS = re.compile(rb"(?P<host>[^\s:\]\[()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] $")
@@ -106,7 +107,7 @@ class _State:
         self.first_bad: int | None = None
         self.shapes: dict[tuple, object] = {}     # see _scan
         self.threads: dict[bytes, tuple[bytes, bytes]] = {}   # line prefix -> (pid, tid)
-        self.tunings: dict[tuple, tuple] = {}     # TUNING line's groups -> see _tuning
+        self.tunings: dict[bytes, tuple] = {}     # TUNING line's text -> see _tuning
         self.process_local_comms = 0
         self.lines = 0                            # lines before the piece being scanned
 
@@ -188,7 +189,7 @@ def _scan(data: bytes, end: int, state: _State) -> list[CollectiveCall]:
     name, summary = state.source.name, state.summary
     call_record = CollectiveCall
     COLL_GROUPS = (_OP + 1, _OPCOUNT + 1, _SHAPE + 1, _GRANK + 1)
-    TUNING_GROUPS = (_TOP + 1, _TBYTES + 1, _ALGO + 1, _PROTO + 1)
+    TUNING = _TUNING + 1      # the group that ends a TUNING line's match: its `lastindex`
     ICOMM = _ICOMM + 1
     UNKNOWN_OP = _UNKNOWN_OP
     for m in _LINE.finditer(data, 0, end):
@@ -221,11 +222,11 @@ def _scan(data: bytes, end: int, state: _State) -> list[CollectiveCall]:
                 out.extend(calls)
                 calls.clear()
         else:
-            tuning_text = m.group(*TUNING_GROUPS)
-            if tuning_text[1] is not None:
+            if m.lastindex == TUNING:
                 calls = pending.pop(threads.get(pre) or _thread(pre, threads), None)
                 if calls:
-                    coll, nbytes, algo, proto = tunings.get(tuning_text) or _tuning(tuning_text, tunings)
+                    tuning_text = m.group(TUNING)
+                    coll, nbytes, algo, proto = tunings.get(tuning_text) or _tuning(m, tunings)
                     # The calls this thread has just logged of the TUNING line's operation
                     # and size (a thread may log several calls before one TUNING line).
                     for call in calls:
@@ -400,11 +401,11 @@ def _sizes(coll: str, count: int, size: int | None, nranks: int | None
     return in_b, out_b, in_b     # reducescatter, scatter, alltoall: the send buffer
 
 
-def _tuning(text: tuple, tunings: dict[tuple, tuple]) -> tuple[str | None, int, str, str]:
-    """(collective or None, bytes, algorithm, protocol) of a TUNING line's groups, remembered."""
-    top, tbytes, algo, proto = text
+def _tuning(m: re.Match, tunings: dict[bytes, tuple]) -> tuple[str | None, int, str, str]:
+    """(collective or None, bytes, algorithm, protocol) of a TUNING line, remembered by its text."""
+    top, tbytes, algo, proto = m.group(_TOP + 1, _TBYTES + 1, _ALGO + 1, _PROTO + 1)
     if len(tunings) > 100_000:
         tunings.clear()
-    result = tunings[text] = (COLLECTIVE_OPS.get(top) if top else None, int(tbytes),
-                              algo.decode(), proto.decode())
+    result = tunings[m.group(_TUNING + 1)] = (COLLECTIVE_OPS.get(top) if top else None, int(tbytes),
+                                              algo.decode(), proto.decode())
     return result
