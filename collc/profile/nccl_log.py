@@ -54,11 +54,15 @@ _PER_RANK = {"allgather": (1, "n"), "gather": (1, "n"), "reducescatter": ("n", 1
 # one "NCCL INFO " to the next with a fast search; the prefix before it is taken separately.
 # Every repeat is possessive (`++`, `*+`): what follows each can never be matched by it (a
 # space after `\S`, a colon after a word), so giving back characters could never succeed,
-# and the most common lines, those that are none of these, fail at once instead of
-# retrying each shorter word. Python 3.10 has no possessive repeats: there the pattern
-# without them matches exactly the same text, only slower.
+# and a line that does not match fails at once instead of retrying each shorter word.
+# Python 3.10 has no possessive repeats: there the pattern without them matches exactly
+# the same text, only slower.
 _LINE_PATTERN = (
-    rb"NCCL INFO (?:"
+    rb"NCCL INFO "
+    # What each alternative below needs to start with, tested once: most "NCCL INFO" lines
+    # are none of them, and fail here after one look at their first word instead of four.
+    rb"(?=[A-Za-z]*+: (?:opCount|\d)|\d|(?:\w++ )?comm )"
+    rb"(?:"
     # COLL: <Op>: opCount <hex> sendbuff <p> recvbuff <p> [acc <p>] count <n> datatype <d>
     #       op <o> root <r> comm <p> [nranks=<n>] stream <p> [task <t> globalrank <g>]
     rb"(?P<op>[A-Za-z]++): opCount (?P<opcount>[0-9a-fA-Fx]++) sendbuff \S++ recvbuff \S++"
