@@ -25,7 +25,6 @@ import re
 import sys
 import time
 import zlib
-from collections import defaultdict
 from typing import BinaryIO, Iterator
 
 from ..diagnostics import CollcError, Span
@@ -105,7 +104,7 @@ class _State:
         # host: when processes share a terminal, other output gets glued to the front of a
         # line ("...  -1mew0:64904:64904 [0] NCCL INFO AllReduce: ..."), so it is unreliable.
         self.comms: dict[tuple[bytes, bytes], tuple[int, int, str | None]] = {}
-        self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = defaultdict(list)
+        self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = {}
         # pid -> (nranks, rank) of its largest communicator: the process's global rank.
         self.process_rank: dict[bytes, tuple[int, int]] = {}
         self.first_bad: int | None = None
@@ -218,13 +217,20 @@ def _scan(data: bytes, end: int, state: _State) -> list[CollectiveCall]:
                 summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
                 continue
             thread, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, peer = shape
-            calls = pending[thread]
-            calls.append(call_record(name, f"line {line}", coll, rank, comm, nranks, dtype, n,
-                                     nbytes, int(opcount, 16), ts, None, peer, None, None, None,
-                                     "log", in_b, out_b))
-            if len(calls) > 512:       # no TUNING lines in this log: do not hold calls back
-                out.extend(calls)
-                calls.clear()
+            call = call_record(name, f"line {line}", coll, rank, comm, nranks, dtype, n, nbytes,
+                               int(opcount, 16), ts, None, peer, None, None, None, "log", in_b, out_b)
+            calls = pending.get(thread)
+            if calls is not None:
+                calls.append(call)
+                if len(calls) > 512:       # no TUNING lines in this log: do not hold calls back
+                    out.extend(calls)
+                    calls.clear()
+            else:
+                pending[thread] = [call]
+                if len(pending) > 64:      # many threads wait for a TUNING line: do not hold calls back
+                    for calls in pending.values():
+                        out.extend(calls)
+                    pending.clear()
         else:
             if m.lastindex == TUNING:
                 calls = pending.pop(threads.get(pre) or _thread(pre, threads), None)
@@ -249,10 +255,6 @@ def _scan(data: bytes, end: int, state: _State) -> list[CollectiveCall]:
                 summary.skip("COLL line in no known format")
                 if state.first_bad is None:
                     state.first_bad = line
-        if len(pending) > 64:
-            for calls in pending.values():
-                out.extend(calls)
-            pending.clear()
     state.lines = line - 1 + count(b"\n", pos, end)
     summary.records += len(out)
     return out
