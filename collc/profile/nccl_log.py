@@ -111,6 +111,7 @@ class _State:
         self.shapes: dict[tuple, object] = {}     # see _scan
         self.threads: dict[bytes, tuple[bytes, bytes]] = {}   # line prefix -> (pid, tid)
         self.tunings: dict[bytes, tuple] = {}     # TUNING line's text -> see _tuning
+        self.seqs: dict[bytes, int] = {}          # opCount text -> its value
         self.process_local_comms = 0
         self.lines = 0                            # lines before the piece being scanned
 
@@ -189,6 +190,8 @@ def _scan(data: bytes, end: int, state: _State) -> list[CollectiveCall]:
     pos, line = 0, state.lines + 1     # `line` = the number of the line at offset `pos`
     rfind, count = data.rfind, data.count
     shapes, pending, threads, tunings = state.shapes, state.pending, state.threads, state.tunings
+    # opCount text -> value: values repeat (one per comm of the file; NCCL 2.27 logs 0 on every line)
+    seqs = state.seqs
     name, summary = state.source.name, state.summary
     call_record = CollectiveCall
     COLL_GROUPS = (_OP + 1, _OPCOUNT + 1, _SHAPE + 1, _GRANK + 1)
@@ -217,8 +220,13 @@ def _scan(data: bytes, end: int, state: _State) -> list[CollectiveCall]:
                 summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
                 continue
             thread, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, peer = shape
+            seq = seqs.get(opcount)
+            if seq is None:
+                if len(seqs) > 100_000:
+                    seqs.clear()
+                seq = seqs[opcount] = int(opcount, 16)
             call = call_record(name, f"line {line}", coll, rank, comm, nranks, dtype, n, nbytes,
-                               int(opcount, 16), ts, None, peer, None, None, None, "log", in_b, out_b)
+                               seq, ts, None, peer, None, None, None, "log", in_b, out_b)
             calls = pending.get(thread)
             if calls is not None:
                 calls.append(call)
