@@ -8,6 +8,7 @@ the flush of pending calls when more than 64 threads wait for a TUNING line.
 """
 
 import dataclasses
+import gc
 import gzip
 import hashlib
 import random
@@ -15,6 +16,7 @@ import random
 import pytest
 
 import collc.profile.nccl_log as nccl_log
+from collc.diagnostics import CollcError
 from collc.profile.sources import read_traces
 from helpers_profile import LOGS, sample
 from test_profile_nccl_log import RCCL, REAL, V24, V218, V227
@@ -128,3 +130,27 @@ def test_untuned_log_records_unchanged(untuned):
     result = records([untuned])
     assert len(result[0]) == 800 and result[0][-1][0] == "line 1200"
     assert digest(result) == UNTUNED_DIGEST
+
+
+def test_garbage_collector_left_as_the_caller_had_it(mixed, tmp_path, monkeypatch):
+    """The scan pauses the cyclic collector, but never while the caller's code runs."""
+    from collc.profile.detect import TraceSource
+    from collc.profile.records import SourceSummary, TraceContext
+    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 4096)      # many batches, many yields
+    monkeypatch.setattr(nccl_log, "PIECES_PER_BATCH", 2)
+    source = TraceSource.file(mixed)
+    seen = {gc.isenabled() for _ in nccl_log.read_nccl_log(source, SourceSummary(str(mixed), "nccl-log"),
+                                                           TraceContext())}
+    assert seen == {True} and gc.isenabled()
+    cut = tmp_path / "cut.log.gz"
+    packed = gzip.compress(mixed.read_bytes())
+    cut.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(CollcError):
+        read_traces([cut])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        read_traces([mixed])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
