@@ -140,7 +140,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     # Tie-break between trees of equal price: fewer, faster hops (a shallower pipeline).
     slot = problem.slot_bytes
     route_time = np.array([r.seconds(slot) for r in net.routes])
-    pair_routes = net.pair_routes
+    grid = RouteGrid(net)
 
     n_links = len(links)
     h = new_highs(options, max(0.05, deadline.remaining()))
@@ -169,7 +169,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     for g, (root, demand) in enumerate(keys):
         nodes = (root,) + tuple(d for d in demand if d != root)
         nodes_of.append(nodes)
-        routes, depths = _tree_from_costs(net, nodes, route_time, pair_routes)
+        routes, depths = grid.tree(nodes, route_time)
         first_trees.append((g, routes, depths))
         for ri in routes:
             load[route_links[ri]] += classes[keys[g]] / cap[route_links[ri]]
@@ -200,7 +200,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
         for g, nodes in enumerate(nodes_of):
             volume = classes[keys[g]] / scale
             cost = volume * route_price + 1e-9 * t_value * route_time / max(route_time.max(), 1e-30)
-            routes, depths = _tree_from_costs(net, nodes, cost, pair_routes)
+            routes, depths = grid.tree(nodes, cost)
             tree_price = volume * sum(route_price[r] for r in routes)
             reduced = tree_price - class_dual[g]
             if reduced < -PRICING_TOLERANCE * t_value:
@@ -224,23 +224,30 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     return RateSolution(t_value, dict(shares), depth, status, stats, "trees")
 
 
-def _tree_from_costs(net: Network, nodes: tuple[int, ...], route_cost: np.ndarray,
-                     pair_routes: dict[tuple[int, int], tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The cheapest spanning tree over `nodes` rooted at nodes[0]: its routes (parents
-    before children) and the depth of each route's receiver."""
-    n = len(nodes)
-    cost = np.full((n, n), np.inf)
-    best = {}
-    for i, u in enumerate(nodes):
-        for j, v in enumerate(nodes):
-            if i == j:
-                continue
-            rs = pair_routes.get((u, v))
-            if rs:
-                r = min(rs, key=lambda x: (route_cost[x], x))
-                cost[i, j] = route_cost[r]
-                best[(i, j)] = r
-    return tree_routes(cost, best)
+class RouteGrid:
+    """Every ordered pair of ranks' routes as one array (padded with a route of infinite
+    cost), so that pricing a tree picks each pair's cheapest route with numpy: the
+    column generation prices one tree per source in every round."""
+
+    def __init__(self, net: Network):
+        pairs = net.pair_routes
+        width = max((len(rs) for rs in pairs.values()), default=1)
+        self.none = len(net.routes)
+        self.grid = np.full((net.ranks, net.ranks, width), self.none, dtype=np.int64)
+        for (u, v), rs in pairs.items():
+            self.grid[u, v, :len(rs)] = rs  # ascending: ties go to the lower index
+
+    def tree(self, nodes: tuple[int, ...], route_cost: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The cheapest spanning tree over `nodes` rooted at nodes[0]: its routes (parents
+        before children) and the depth of each route's receiver."""
+        idx = np.asarray(nodes)
+        routes = self.grid[np.ix_(idx, idx)]
+        costs = np.append(route_cost, np.inf)[routes]
+        k = costs.argmin(axis=2)[..., None]
+        cost = np.take_along_axis(costs, k, 2)[..., 0]
+        best = np.take_along_axis(routes, k, 2)[..., 0]
+        np.fill_diagonal(cost, np.inf)
+        return tree_routes(cost, best)
 
 
 def packing_lp_rows(h: highspy.Highs, n_classes: int, n_rows: int, spread: float, excess_price: float) -> None:
