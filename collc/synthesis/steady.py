@@ -233,7 +233,7 @@ class RouteGrid:
         pairs = net.pair_routes
         width = max((len(rs) for rs in pairs.values()), default=1)
         self.none = len(net.routes)
-        self.grid = np.full((net.ranks, net.ranks, width), self.none, dtype=np.int64)
+        self.grid = np.full((net.ranks, net.ranks, width), self.none, dtype=np.int32)
         for (u, v), rs in pairs.items():
             self.grid[u, v, :len(rs)] = rs  # ascending: ties go to the lower index
 
