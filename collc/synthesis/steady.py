@@ -49,8 +49,13 @@ ROUNDED_AT_T = 1e-9
 PRICING_TOLERANCE = 1e-6
 MAX_PRICING_ROUNDS = 400
 # From this many GPUs on, the tree LP is solved once per orbit of identical sources and
-# replicated (collc.synthesis.replicate); smaller LPs are solved whole, in well under a second.
-REPLICATE_FROM_RANKS = 64
+# replicated (collc.synthesis.replicate) wherever the topology has such symmetries. A
+# symmetric LP has a symmetric optimum, so T is the same; the replicated packing is
+# found in fewer pricing rounds and pipelines at least as well (AllGather 1 GiB, first
+# schedule, replicated against whole: ndv2(chassis=2) 1.0040 both, dgx_h100(nodes=2)
+# 1.0009 against 1.0063, dgx2(chassis=2) 1.0001 against 1.0011, dgx_h100(nodes=4) 1.0039
+# in 2 LP solves against 1.0114 after 92).
+REPLICATE_FROM_RANKS = 16
 # A transfer whose receiver forwards the data (an inner edge of its tree) is ordered this
 # share of T ahead of its pace. A forwarding rank's outgoing links can only send what
 # has arrived: on dgx2(chassis=2) the ranks that relay are those whose incoming link is
