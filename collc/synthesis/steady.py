@@ -50,12 +50,13 @@ PRICING_TOLERANCE = 1e-6
 MAX_PRICING_ROUNDS = 400
 # From this many GPUs on, the tree LP is solved once per orbit of identical sources and
 # replicated (collc.synthesis.replicate) wherever the topology has such symmetries. A
-# symmetric LP has a symmetric optimum, so T is the same; the replicated packing is
-# found in fewer pricing rounds and pipelines at least as well (AllGather 1 GiB, first
-# schedule, replicated against whole: ndv2(chassis=2) 1.0040 both, dgx_h100(nodes=2)
-# 1.0009 against 1.0063, dgx2(chassis=2) 1.0001 against 1.0011, dgx_h100(nodes=4) 1.0039
-# in 2 LP solves against 1.0114 after 92).
-REPLICATE_FROM_RANKS = 16
+# symmetric LP has a symmetric optimum, so T is the same, and the replicated packing is
+# found in fewer pricing rounds. AllGather 1 GiB, first schedule, replicated against
+# whole: dgx2(chassis=2) 1.0001 against 1.0011, dgx_h100(nodes=4) 1.0039 after 2 LP
+# solves against 1.0114 after 92. On 16 GPUs it is not always better: dgx_h100(nodes=2)
+# 1.0009 against 1.0063 at 128 chunks, but 1.0325 against 1.0119 when MSCCL XML's size
+# cap holds it to 64 chunks; so 16-GPU topologies keep the whole LP.
+REPLICATE_FROM_RANKS = 32
 # A transfer whose receiver forwards the data (an inner edge of its tree) is ordered this
 # share of T ahead of its pace. A forwarding rank's outgoing links can only send what
 # has arrived: on dgx2(chassis=2) the ranks that relay are those whose incoming link is

@@ -2,6 +2,8 @@
 
 - Transfers to a rank that forwards the data go ahead of their pace (RELAY_LEAD): on
   dgx2(chassis=2) that is what brings the pipelined schedule to the bound.
+- From 32 GPUs on, the LP is solved per orbit of identical sources and replicated, at
+  the same throughput.
 - `RouteGrid.tree` (the pricing step of the column generation) returns a minimum
   arborescence over each pair's cheapest route.
 - AllGather 1 GiB on dgx2(chassis=2) with the defaults: within 1% of the bound at the
@@ -56,6 +58,18 @@ def test_the_rate_lp_reaches_the_bound_on_dgx2(dgx2_rates):
     _, _, rates, bound = dgx2_rates
     # What remains above the bound is the pipelined schedule's, not the LP's.
     assert rates.seconds == pytest.approx(bound, rel=1e-6)
+    # The two chassis are identical: one LP class per orbit of sources (16 of 32).
+    assert rates.replicated == 16
+
+
+def test_replicated_lp_is_as_fast_as_the_whole_one(dgx2_rates):
+    net, coll, replicated, _ = dgx2_rates
+    assert net.ranks >= steady.REPLICATE_FROM_RANKS
+    problem = problem_for(net, coll, GIB, 1)
+    whole = steady._tree_rates(problem, SolverOptions(), Deadline(600), Progress(False), steady.SPREADS[0])
+    assert whole.replicated == 0
+    # A symmetric LP has a symmetric optimum: replicating loses no throughput.
+    assert replicated.seconds == pytest.approx(whole.seconds, rel=1e-6)
 
 
 def test_forwarded_data_ahead_of_its_pace_closes_the_gap_on_dgx2(dgx2_rates, monkeypatch):
