@@ -38,56 +38,49 @@ def min_arborescence(cost: np.ndarray, root: int) -> np.ndarray:
     for cyc in cycles:
         group[cyc] = len(members)
         members.append(np.asarray(cyc))
-    for v in range(n):
-        if group[v] < 0:
-            group[v] = len(members)
-            members.append(np.asarray([v]))
-    m = len(members)
-    in_cycle = np.zeros(n, dtype=bool)
-    for cyc in cycles:
-        in_cycle[cyc] = True
+    # Every node outside a cycle is a group of its own, numbered after the cycles.
+    singles = np.flatnonzero(group < 0)
+    k = len(members)
+    group[singles] = np.arange(k, k + len(singles))
+    m = k + len(singles)
+    in_cycle = group < k
     # Entering a cycle at v replaces v's cycle edge: charge only the difference.
     adjusted = c - np.where(in_cycle, best, 0.0)[None, :]
 
     row_min = np.empty((m, n))
     row_arg = np.empty((m, n), dtype=np.int64)
+    row_min[k:] = adjusted[singles]
+    row_arg[k:] = singles[:, None]
     for a, mem in enumerate(members):
-        if len(mem) == 1:
-            row_min[a] = adjusted[mem[0]]
-            row_arg[a] = mem[0]
-        else:
-            sub = adjusted[mem]
-            k = np.argmin(sub, axis=0)
-            row_min[a] = sub[k, np.arange(n)]
-            row_arg[a] = mem[k]
+        sub = adjusted[mem]
+        j = np.argmin(sub, axis=0)
+        row_min[a] = sub[j, np.arange(n)]
+        row_arg[a] = mem[j]
     small = np.empty((m, m))
     col_arg = np.empty((m, m), dtype=np.int64)
+    small[:, k:] = row_min[:, singles]
+    col_arg[:, k:] = singles[None, :]
     for b, mem in enumerate(members):
-        if len(mem) == 1:
-            small[:, b] = row_min[:, mem[0]]
-            col_arg[:, b] = mem[0]
-        else:
-            sub = row_min[:, mem]
-            k = np.argmin(sub, axis=1)
-            small[:, b] = sub[np.arange(m), k]
-            col_arg[:, b] = mem[k]
+        sub = row_min[:, mem]
+        j = np.argmin(sub, axis=1)
+        small[:, b] = sub[np.arange(m), j]
+        col_arg[:, b] = mem[j]
     np.fill_diagonal(small, INF)
 
     sub_parent = min_arborescence(small, int(group[root]))
     out = parent.copy()
-    for b in range(m):
-        a = sub_parent[b]
-        if a < 0:
-            continue
-        v = col_arg[a, b]
-        out[v] = row_arg[a, v]
+    entered = np.flatnonzero(sub_parent >= 0)  # each group's edge in: into one of its nodes
+    via = sub_parent[entered]
+    v = col_arg[via, entered]
+    out[v] = row_arg[via, v]
     out[root] = -1
     return out
 
 
 def _cycles(parent: np.ndarray) -> list[list[int]]:
-    n = len(parent)
-    state = np.zeros(n, dtype=np.int8)  # 0 new, 1 on the current walk, 2 done
+    up = parent.tolist()  # Python ints: this walk is scalar work, slow on numpy items
+    n = len(up)
+    state = [0] * n  # 0 new, 1 on the current walk, 2 done
     cycles: list[list[int]] = []
     for s in range(n):
         if state[s]:
@@ -97,7 +90,7 @@ def _cycles(parent: np.ndarray) -> list[list[int]]:
         while v >= 0 and state[v] == 0:
             state[v] = 1
             walk.append(v)
-            v = int(parent[v])
+            v = up[v]
         if v >= 0 and state[v] == 1:
             cycles.append(walk[walk.index(v):])
         for u in walk:

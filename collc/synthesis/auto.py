@@ -194,8 +194,9 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
             break
     # Improvement 2: other packings as fast as the first (trees only: a flow has one),
     # each pipelined at the best count so far and at the next count up: which packing
-    # pipelines best varies with the chunk count (on dgx2(chassis=2) the second packing
-    # is no better at 32 chunks and 2% better at 64), so a packing tried at one count only
+    # pipelines best varies with the chunk count (on dgx2(chassis=2), before forwarded data
+    # went ahead of its pace, the second packing was no better at 32 chunks and 2% better
+    # at 64), so a packing tried at one count only
     # is often dismissed wrongly; one clearly worse at the best count is not pursued.
     # The counts tried depend only on modelled times.
     if rates.kind == "trees":

@@ -49,8 +49,23 @@ ROUNDED_AT_T = 1e-9
 PRICING_TOLERANCE = 1e-6
 MAX_PRICING_ROUNDS = 400
 # From this many GPUs on, the tree LP is solved once per orbit of identical sources and
-# replicated (collc.synthesis.replicate); smaller LPs are solved whole, in well under a second.
-REPLICATE_FROM_RANKS = 64
+# replicated (collc.synthesis.replicate) wherever the topology has such symmetries. A
+# symmetric LP has a symmetric optimum, so T is the same, and the replicated packing is
+# found in fewer pricing rounds. AllGather 1 GiB, first schedule, replicated against
+# whole: dgx2(chassis=2) 1.0001 against 1.0011, dgx_h100(nodes=4) 1.0039 after 2 LP
+# solves against 1.0114 after 92. On 16 GPUs it is not always better: dgx_h100(nodes=2)
+# 1.0009 against 1.0063 at 128 chunks, but 1.0325 against 1.0119 when MSCCL XML's size
+# cap holds it to 64 chunks; so 16-GPU topologies keep the whole LP.
+REPLICATE_FROM_RANKS = 32
+# A transfer whose receiver forwards the data (an inner edge of its tree) is ordered this
+# share of T ahead of its pace. A forwarding rank's outgoing links can only send what
+# has arrived: on dgx2(chassis=2) the ranks that relay are those whose incoming link is
+# loaded to exactly T and whose outgoing link to 97% of it, so data to be relayed that
+# arrives on pace leaves the outgoing link idle in the middle and behind at the end
+# (1.042 x the bound at 64 chunks; with the lead, 1.0001). Leaves feed nothing and keep
+# their pace. Measured 0.05-0.5 on dgx2(chassis=2): 0.2 and up reach the bound at 32 and 64
+# chunks; on dgx_h100(nodes=2 or 4) 0.2 is as good as none or better, 1.0 worse.
+RELAY_LEAD = 0.2
 
 
 class NotApplicable(CollcError):
@@ -131,7 +146,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     # Tie-break between trees of equal price: fewer, faster hops (a shallower pipeline).
     slot = problem.slot_bytes
     route_time = np.array([r.seconds(slot) for r in net.routes])
-    pair_routes = net.pair_routes
+    grid = RouteGrid(net)
 
     n_links = len(links)
     h = new_highs(options, max(0.05, deadline.remaining()))
@@ -160,7 +175,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     for g, (root, demand) in enumerate(keys):
         nodes = (root,) + tuple(d for d in demand if d != root)
         nodes_of.append(nodes)
-        routes, depths = _tree_from_costs(net, nodes, route_time, pair_routes)
+        routes, depths = grid.tree(nodes, route_time)
         first_trees.append((g, routes, depths))
         for ri in routes:
             load[route_links[ri]] += classes[keys[g]] / cap[route_links[ri]]
@@ -191,7 +206,7 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
         for g, nodes in enumerate(nodes_of):
             volume = classes[keys[g]] / scale
             cost = volume * route_price + 1e-9 * t_value * route_time / max(route_time.max(), 1e-30)
-            routes, depths = _tree_from_costs(net, nodes, cost, pair_routes)
+            routes, depths = grid.tree(nodes, cost)
             tree_price = volume * sum(route_price[r] for r in routes)
             reduced = tree_price - class_dual[g]
             if reduced < -PRICING_TOLERANCE * t_value:
@@ -215,23 +230,30 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     return RateSolution(t_value, dict(shares), depth, status, stats, "trees")
 
 
-def _tree_from_costs(net: Network, nodes: tuple[int, ...], route_cost: np.ndarray,
-                     pair_routes: dict[tuple[int, int], tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The cheapest spanning tree over `nodes` rooted at nodes[0]: its routes (parents
-    before children) and the depth of each route's receiver."""
-    n = len(nodes)
-    cost = np.full((n, n), np.inf)
-    best = {}
-    for i, u in enumerate(nodes):
-        for j, v in enumerate(nodes):
-            if i == j:
-                continue
-            rs = pair_routes.get((u, v))
-            if rs:
-                r = min(rs, key=lambda x: (route_cost[x], x))
-                cost[i, j] = route_cost[r]
-                best[(i, j)] = r
-    return tree_routes(cost, best)
+class RouteGrid:
+    """Every ordered pair of ranks' routes as one array (padded with a route of infinite
+    cost), so that pricing a tree picks each pair's cheapest route with numpy: the
+    column generation prices one tree per source in every round."""
+
+    def __init__(self, net: Network):
+        pairs = net.pair_routes
+        width = max((len(rs) for rs in pairs.values()), default=1)
+        self.none = len(net.routes)
+        self.grid = np.full((net.ranks, net.ranks, width), self.none, dtype=np.int32)
+        for (u, v), rs in pairs.items():
+            self.grid[u, v, :len(rs)] = rs  # ascending: ties go to the lower index
+
+    def tree(self, nodes: tuple[int, ...], route_cost: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The cheapest spanning tree over `nodes` rooted at nodes[0]: its routes (parents
+        before children) and the depth of each route's receiver."""
+        idx = np.asarray(nodes)
+        routes = self.grid[np.ix_(idx, idx)]
+        costs = np.append(route_cost, np.inf)[routes]
+        k = costs.argmin(axis=2)[..., None]
+        cost = np.take_along_axis(costs, k, 2)[..., 0]
+        best = np.take_along_axis(routes, k, 2)[..., 0]
+        np.fill_diagonal(cost, np.inf)
+        return tree_routes(cost, best)
 
 
 def packing_lp_rows(h: highspy.Highs, n_classes: int, n_rows: int, spread: float, excess_price: float) -> None:
@@ -509,7 +531,9 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
     Each tree's chunks are spread evenly over the fluid time T: chunk j of n should be
     everywhere by (j + 1) / n x T. A transfer's order key is that target minus the
     longest chain of transfers still to follow it (its tail), so deep trees start early
-    and every tree drains at the same moment; the list scheduler then follows the keys."""
+    and every tree drains at the same moment; a transfer to a rank that forwards the data
+    goes RELAY_LEAD x T earlier still, so that forwarding links never wait for data. The
+    list scheduler then follows the keys."""
     net = problem.network
     slot = problem.slot_bytes
     seconds = [r.seconds(slot) for r in net.routes]
@@ -544,7 +568,9 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
                 tails[routes] = _tails(net, routes, seconds)
             ordered = rates.replicated > 0
             for pos, (ri, depth, tail) in enumerate(zip(routes, rates.depth[routes], tails[routes])):
-                entries.append((finish * rates.seconds - tail, depth, pos if ordered else 0, k, ri))
+                # The tail of a route longer than the route itself: its receiver forwards.
+                lead = RELAY_LEAD * rates.seconds if tail > seconds[ri] * (1 + 1e-9) else 0.0
+                entries.append((finish * rates.seconds - tail - lead, depth, pos if ordered else 0, k, ri))
     entries.sort()
     transfers = tuple(Transfer(k, ri, step) for step, (*_, k, ri) in enumerate(entries))
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
