@@ -34,24 +34,27 @@ is derived from the collective's postcondition (collc.analysis.demand), not its 
   are both <= R, so a group comes to know a chunk it did not hold at the start only
   by receiving an R-relevant message from another group, whose sender knew it. The
   argument above then runs with groups in place of ranks: the holders of chunk c are
-  the groups holding it, the needers are the groups with a needer that do not hold
+  the groups holding it, the needers D' are the groups with a needer that do not hold
   every chunk of R between their GPUs (such a group can form R inside, for nothing),
-  x is the first group to know all of R, the first message to carry a chunk x lacks
-  leaves one of its holder groups, and every other needing group completes R by a
-  message received after t. So at least pack_x + |D' - {x}| messages between groups,
+  and x is the first group to know all of R, at message t. Of the chunks x lacks,
+  take those with pairwise disjoint holder groups: the first message to carry each
+  leaves a group that held it from the start, no message is the first for two of
+  them (its sender would hold both), and all come by t. Every other group of D'
+  completes R on receiving a message after t (a message completes at most one group,
+  as it has one receiver). So at least pack_x + |D' - {x}| messages between groups,
   minimised over groups x. Each such message runs from a GPU outside the receiving
   group's node set to one inside it, so its route takes a link entering that set;
   the sets are disjoint, so a link enters at most one of them: T >= slot x sum /
   (sum over groups of the capacity of links entering the group from outside), and
   the same with links leaving. Traffic that only passes through a group's switches
   adds load and keeps the inequality. One GPU per group (no switches) is the volume
-  bound above; the groups tried are the "fast domains" (for each link capacity c
-  but the largest, the connected components of the links faster than c; a
-  component with no GPU is no group, and a GPU in none is a group of its own) and
-  the two sides of the cut bound's witness. `volume_s` is the largest, and
-  `volume_partition` names the partition that gave it. On dgx_h100(nodes=8) the
-  nodes as groups give 2 x 7 x M / (8 x 400 Gbit/s) for AllReduce, the limit of any
-  schedule that sends each chunk into and out of every node once.
+  bound above. The partitions tried: one GPU per group ("ranks"); the "fast domains"
+  (for each link capacity c but the largest, the connected components of the links
+  faster than c, parallel links added up; a component with no GPU is no group, and a
+  GPU in none is a group of its own); and the two sides of the cut bound's witness.
+  `volume_s` is the largest, and `volume_partition` names the partition that gave
+  it. On dgx_h100(nodes=8) the nodes as groups give 2 x 7 x M / (8 x 400 Gbit/s) for
+  AllReduce: each chunk's sum needs parts from 7 other nodes and goes out to 7.
 - cut: for a set S of nodes (switches included), a requirement some GPU outside S
   needs, with a chunk whose holders all lie in S, sends at least one R-relevant
   message over a link leaving S: T >= slot x f(S) / B_out(S). Requirements entering
@@ -63,9 +66,9 @@ is derived from the collective's postcondition (collc.analysis.demand), not its 
 - latency: a missing chunk reaches its needer over a path from one of its holders, so
   T >= the least total link latency of such a path, maximised over (chunk, needer).
 
-Only the volume bounds need the switch assumptions: its in-capacity form fails if a
-switch reduces (fewer receptions than the gossip count), its out-capacity form also if
-a switch copies (one send, several receptions). The other bounds would survive both.
+Only the volume bounds need the switch assumptions (for a switch in no group): their
+in-capacity form fails if a switch reduces (fewer receptions than the gossip count),
+their out-capacity form also if a switch copies (one send, several receptions). The other bounds would survive both.
 """
 
 from __future__ import annotations
