@@ -149,6 +149,34 @@ def topologies(draw) -> Topology:
     return build("random", gpus, switches, edges, directed=True)
 
 
+@st.composite
+def clusters(draw) -> Topology:
+    """2-4 groups of 1-3 GPUs, each on a switch with fast links; slow links between the
+    switches, some one-way or uneven (kept strongly connected): where the count between
+    groups is the largest bound."""
+    sizes = draw(st.lists(st.integers(1, 3), min_size=2, max_size=4))
+    gpus, switches, edges = [], [], []
+    for k, size in enumerate(sizes):
+        sw = f"s{k}"
+        switches.append(sw)
+        for _ in range(size):
+            g = f"g{len(gpus)}"
+            gpus.append(g)
+            fast = draw(st.sampled_from([40, 100])) * GB
+            edges += [(g, sw, fast), (sw, g, draw(st.sampled_from([fast, fast / 2])))]
+    for a in switches:
+        for b in switches:
+            bw = draw(st.sampled_from([0, 1, 1, 2])) if a != b else 0
+            if bw:
+                edges.append((a, b, bw * GB))
+    links = {e[:2] for e in edges}
+    for k, a in enumerate(switches):  # a one-way ring keeps every group reachable
+        b = switches[(k + 1) % len(switches)]
+        if (a, b) not in links:
+            edges.append((a, b, 1 * GB))
+    return build("clusters", gpus, switches, edges, directed=True)
+
+
 def _stdlib_schedule(topo: Topology, kind: str):
     algo = "direct" if kind == "alltoall" else "ring"
     try:
@@ -157,8 +185,8 @@ def _stdlib_schedule(topo: Topology, kind: str):
         return None  # the algorithm does not fit this topology (no path, one-way links)
 
 
-@settings(max_examples=20, deadline=None, database=None)
-@given(topo=topologies(), kind=st.sampled_from(KINDS))
+@settings(max_examples=30, deadline=None, database=None)
+@given(topo=st.one_of(topologies(), clusters()), kind=st.sampled_from(KINDS))
 def test_volume_never_exceeds_what_schedules_achieve(topo, kind):
     coll = standard(kind, topo.num_ranks)
     lb = lower_bounds(topo, coll, SIZE)
