@@ -5,10 +5,15 @@
   rank that had sent the chunk; the copies of a multicast become several partial sums
   arriving at one rank. The AllGather is synthesized on the reversed topology (every
   link turned around), so that the reversed schedule runs over real links even where
-  links are one-way.
+  links are one-way. The reductions are ordered as the reverse of the order in which
+  the list-scheduled AllGather started its transfers.
 - Reduce is Broadcast run backwards, the same way.
-- AllReduce is ReduceScatter followed by AllGather; chunk j's AllGather tree starts
-  where its reduction finished, as soon as it finished.
+- AllReduce is ReduceScatter followed by AllGather (the list-scheduled ops of the
+  AllGather that was reversed, where the topology is symmetric); chunk j's AllGather
+  tree starts where its reduction finished, as soon as it finished. The bound this is
+  measured against counts the messages between groups of GPUs (collc.analysis.bounds,
+  grouped volume); on dgx_h100(nodes=8) it equals twice the AllGather's bound, so the
+  composition can reach it and no direct AllReduce is needed there.
 
 Partial sums collect in an accumulator per rank and chunk: the output slot where the
 rank must end with the result, else (ReduceScatter, Reduce) a scratch slot. A rank
