@@ -24,6 +24,37 @@ is derived from the collective's postcondition (collc.analysis.demand), not its 
   received by a GPU and sent by a GPU, so T >= slot x sum / (sum of GPU in-capacity),
   and the same over out-capacity. This is the 2(N-1)/N x M / B AllReduce bound of
   symmetric topologies, and it needs no symmetry.
+- grouped volume: the same count holds for any partition of the GPUs into groups,
+  each group a set of nodes (its GPUs, and any switches or NICs given to it; the sets
+  disjoint). Contract every group to one "super-GPU" that may hold, copy and reduce
+  freely inside: a schedule maps to one of the contracted problem where messages
+  inside a group vanish and a message between groups stays one message of the same
+  size. Let a group know chunk c of R once a value V <= R with c in V has been held
+  by one of its GPUs. Values only grow and a reduction into V <= R joins parts that
+  are both <= R, so a group comes to know a chunk it did not hold at the start only
+  by receiving an R-relevant message from another group, whose sender knew it. The
+  argument above then runs with groups in place of ranks: the holders of chunk c are
+  the groups holding it, the needers D' are the groups with a needer that do not hold
+  every chunk of R between their GPUs (such a group can form R inside, for nothing),
+  and x is the first group to know all of R, at message t. Of the chunks x lacks,
+  take those with pairwise disjoint holder groups: the first message to carry each
+  leaves a group that held it from the start, no message is the first for two of
+  them (its sender would hold both), and all come by t. Every other group of D'
+  completes R on receiving a message after t (a message completes at most one group,
+  as it has one receiver). So at least pack_x + |D' - {x}| messages between groups,
+  minimised over groups x. Each such message runs from a GPU outside the receiving
+  group's node set to one inside it, so its route takes a link entering that set;
+  the sets are disjoint, so a link enters at most one of them: T >= slot x sum /
+  (sum over groups of the capacity of links entering the group from outside), and
+  the same with links leaving. Traffic that only passes through a group's switches
+  adds load and keeps the inequality. One GPU per group (no switches) is the volume
+  bound above. The partitions tried: one GPU per group ("ranks"); the "fast domains"
+  (for each link capacity c but the largest, the connected components of the links
+  faster than c, parallel links added up; a component with no GPU is no group, and a
+  GPU in none is a group of its own); and the two sides of the cut bound's witness.
+  `volume_s` is the largest, and `volume_partition` names the partition that gave
+  it. On dgx_h100(nodes=8) the nodes as groups give 2 x 7 x M / (8 x 400 Gbit/s) for
+  AllReduce: each chunk's sum needs parts from 7 other nodes and goes out to 7.
 - cut: for a set S of nodes (switches included), a requirement some GPU outside S
   needs, with a chunk whose holders all lie in S, sends at least one R-relevant
   message over a link leaving S: T >= slot x f(S) / B_out(S). Requirements entering
@@ -35,9 +66,9 @@ is derived from the collective's postcondition (collc.analysis.demand), not its 
 - latency: a missing chunk reaches its needer over a path from one of its holders, so
   T >= the least total link latency of such a path, maximised over (chunk, needer).
 
-Only the volume bound needs the switch assumptions: its in-capacity form fails if a
-switch reduces (fewer receptions than the gossip count), its out-capacity form also if
-a switch copies (one send, several receptions). The other bounds would survive both.
+Only the volume bounds need the switch assumptions (for a switch in no group): their
+in-capacity form fails if a switch reduces (fewer receptions than the gossip count),
+their out-capacity form also if a switch copies (one send, several receptions). The other bounds would survive both.
 """
 
 from __future__ import annotations
@@ -77,6 +108,7 @@ class LowerBounds:
     egress_s: float = 0.0
     volume_s: float = 0.0
     dominant: str = ""  # which bound gives best_s: ingress|egress|volume|cut|latency
+    volume_partition: str = ""  # the grouping of GPUs that gives volume_s (module docstring)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -86,6 +118,7 @@ class LowerBounds:
             out[f"{name}_us"] = sec * _US
         out["dominant"] = self.dominant
         out["cut_witness"] = list(self.cut_witness)
+        out["volume_partition"] = self.volume_partition
         return out
 
 
@@ -112,14 +145,17 @@ def _lower_bounds(topology: Topology, collective: Collective, size_bytes: int) -
     latency = _latency_bound(topology, needed, dist)  # also rejects unreachable demands
     ingress = _ingress_bound(topology, needed, slot)
     egress = _egress_bound(topology, needed, slot)
-    volume = _volume_bound(topology, needed, slot)
     model = _CutModel(topology, disjoint_requirements(reqs), slot)
     cut, witness = model.maximize()
-    figures = {"ingress": ingress, "egress": egress, "volume": volume, "cut": cut, "latency": latency}
+    volume, partition = _volume_bound(topology, needed, slot, witness)
+    # On a tie the first named wins: the cut (it has a witness) before the grouped
+    # volume, which equals it whenever the best partition is the witness's two sides.
+    figures = {"ingress": ingress, "egress": egress, "cut": cut, "volume": volume, "latency": latency}
     dominant = max(figures, key=lambda k: figures[k]) if any(v > 0 for v in figures.values()) else ""
     return LowerBounds(
         ingress_s=ingress, cut_s=cut, latency_s=latency, best_s=max(figures.values()),
-        cut_witness=witness, egress_s=egress, volume_s=volume, dominant=dominant)
+        cut_witness=witness, egress_s=egress, volume_s=volume, dominant=dominant,
+        volume_partition=partition if volume > 0 else "")
 
 
 def cut_bound_of(topology: Topology, collective: Collective, size_bytes: int, nodes) -> float:
@@ -201,33 +237,132 @@ def _egress_bound(topology: Topology, needed: tuple[Requirement, ...], slot: flo
     return _per_rank_bound(counts, [_out_capacity(topology, u) for u in range(ranks)], slot)
 
 
-def _messages_for(req: Requirement, ranks: int) -> int:
-    """Least number of R-relevant messages any schedule sends (module docstring, volume)."""
+def _messages_for(req: Requirement, group_of: tuple[int, ...]) -> int:
+    """Least number of R-relevant messages between groups any schedule sends (module
+    docstring, volume and grouped volume); `group_of[rank]` is the rank's group, and
+    one group per rank gives the count between ranks."""
     if not req.needers:
         return 0
-    if all(len(hs) == 1 for hs in req.holders):
-        owners = req.exclusive_owners()
-        both = 2 if owners & req.needers else 1
-        return len(owners) + len(req.needers) - both
+    holders = [frozenset(group_of[r] for r in hs) for hs in req.holders]
+    # A group that holds every chunk of R between its GPUs forms R inside.
+    covering = frozenset.intersection(*holders)
+    needers = frozenset(group_of[d] for d in req.needers) - covering
+    if not needers:
+        return 0
+    if all(len(hs) == 1 for hs in holders):
+        owners = frozenset().union(*holders)
+        return len(owners) + len(needers) - (2 if owners & needers else 1)
+    # Groups that hold nothing of R and need nothing all give the same count: one of
+    # them stands for the rest.
+    named = frozenset().union(*holders) | needers
+    spare = next((g for g in range(max(group_of) + 1) if g not in named), None)
     best = None
-    for x in range(ranks):
-        senders = len(greedy_disjoint(hs for hs in req.holders if x not in hs))
-        total = senders + len(req.needers - {x})
+    for x in sorted(named) + ([spare] if spare is not None else []):
+        senders = len(greedy_disjoint(hs for hs in holders if x not in hs))
+        total = senders + len(needers - {x})
         best = total if best is None else min(best, total)
     return best or 0
 
 
-def _volume_bound(topology: Topology, needed: tuple[Requirement, ...], slot: float) -> float:
-    family = disjoint_requirements(needed)
-    messages = sum(_messages_for(r, topology.num_ranks) for r in family)
+@dataclass(frozen=True)
+class _Partition:
+    """GPUs in groups for the grouped volume bound: per rank its group, per group its
+    node set (disjoint), and what to call the partition in the report."""
+
+    name: str
+    group_of: tuple[int, ...]
+    nodes: tuple[frozenset[str], ...]
+
+
+def _rank_partition(topology: Topology) -> _Partition:
+    return _Partition("ranks", tuple(range(topology.num_ranks)),
+                      tuple(frozenset((g.name,)) for g in topology.gpus))
+
+
+def _partition_of(topology: Topology, name: str, node_sets) -> _Partition | None:
+    """The partition whose groups are the given disjoint node sets that hold GPUs; a GPU
+    in none of them is a group of its own. None when it is one group (nothing crosses)."""
+    rank_of = {g.name: g.rank for g in topology.gpus}
+    group_of = [-1] * topology.num_ranks
+    groups: list[frozenset[str]] = []
+    for nodes in sorted((frozenset(s) for s in node_sets), key=lambda s: sorted(s)):
+        ranks = [rank_of[n] for n in nodes if n in rank_of]
+        if not ranks:
+            continue  # no GPU: nothing is held there
+        for r in ranks:
+            group_of[r] = len(groups)
+        groups.append(nodes)
+    for r in range(topology.num_ranks):
+        if group_of[r] < 0:
+            group_of[r] = len(groups)
+            groups.append(frozenset((topology.gpu(r).name,)))
+    if len(groups) < 2:
+        return None
+    return _Partition(f"{name} ({len(groups)} groups)", tuple(group_of), tuple(groups))
+
+
+def _fast_domains(topology: Topology) -> list[_Partition]:
+    """For each link capacity c but the largest: the connected components of the links
+    faster than c (capacities of parallel links between two nodes added up)."""
+    pair: dict[tuple[str, str], float] = {}
+    for link in topology.links:
+        key = (link.src, link.dst)
+        pair[key] = pair.get(key, 0.0) + link.capacity
+    out = []
+    for level in sorted(set(pair.values()))[:-1]:
+        g = nx.Graph()
+        g.add_nodes_from(n.name for n in topology.nodes)
+        g.add_edges_from(k for k, c in pair.items() if c > level)
+        part = _partition_of(topology, f"links above {level / 1e9:g} GB/s", nx.connected_components(g))
+        if part is not None:
+            out.append(part)
+    return out
+
+
+def _witness_partition(topology: Topology, witness: tuple[str, ...]) -> list[_Partition]:
+    if not witness:
+        return []
+    inside = frozenset(witness)
+    rest = frozenset(n.name for n in topology.nodes) - inside
+    part = _partition_of(topology, "the cut witness and the rest", (inside, rest))
+    return [part] if part is not None else []
+
+
+def _grouped_volume(topology: Topology, family: tuple[Requirement, ...], slot: float, part: _Partition) -> float:
+    """slot x (messages between groups) / (capacity entering, or leaving, the groups)."""
+    counts: dict[tuple, int] = {}
+    messages = 0
+    for req in family:
+        # Requirements alike up to their chunks' names count alike (AllReduce: all of them).
+        key = (req.holders, req.needers)
+        if key not in counts:
+            counts[key] = _messages_for(req, part.group_of)
+        messages += counts[key]
     if not messages:
         return 0.0
-    ranks = range(topology.num_ranks)
-    best = 0.0
-    for cap in (sum(_in_capacity(topology, v) for v in ranks), sum(_out_capacity(topology, v) for v in ranks)):
-        if cap > 0:
-            best = max(best, slot * messages / cap)
-    return best
+    where = {n: k for k, nodes in enumerate(part.nodes) for n in nodes}
+    entering = leaving = 0.0
+    for link in topology.links:
+        src, dst = where.get(link.src), where.get(link.dst)
+        if dst is not None and src != dst:
+            entering += link.capacity
+        if src is not None and src != dst:
+            leaving += link.capacity
+    return max((slot * messages / cap for cap in (entering, leaving) if cap > 0), default=0.0)
+
+
+def _volume_bound(topology: Topology, needed: tuple[Requirement, ...], slot: float,
+                  witness: tuple[str, ...] = ()) -> tuple[float, str]:
+    """The largest grouped volume bound over the partitions of the module docstring,
+    and the partition's name."""
+    family = disjoint_requirements(needed)
+    best, name = 0.0, ""
+    parts = [_rank_partition(topology)] + _fast_domains(topology) + _witness_partition(topology, witness)
+    for part in parts:
+        value = _grouped_volume(topology, family, slot, part)
+        if value > best * (1 + 1e-12):
+            best, name = value, part.name
+    return best, name
 
 
 # --- latency --------------------------------------------------------------------------

@@ -162,7 +162,9 @@ def test_custom_point_to_point_demand():
     assert lb.cut_s == approx(1 / 20)
     assert lb.ingress_s == approx(1 / 20)
     assert lb.latency_s == approx(1 * US)
-    assert lb.volume_s == approx(1 / 80)
+    # One message between the cut witness's two sides, whose entering links carry
+    # 2 x 10 GB/s each way (one message over all 80 GB/s of GPU in-capacity would be 1/80).
+    assert lb.volume_s == approx(1 / 40)
 
 
 def test_overlapping_requirements_count_only_what_cannot_share_a_message():
@@ -203,6 +205,10 @@ def test_json_has_microseconds_and_witness():
     assert data["best_us"] == data["cut_us"]
     assert data["dominant"] == "cut"
     assert len(data["cut_witness"]) == 3
+    # The volume bound names the grouping of GPUs it counts messages between.
+    assert data["volume_partition"] == "links above 1 GB/s (2 groups)"
+    assert data["volume_us"] == approx(500_000.0)
+    assert set(data) >= {"volume_s", "volume_us", "volume_partition"}
 
 
 def _direct(coll: Collective, transfers) -> Schedule:
