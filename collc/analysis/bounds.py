@@ -412,12 +412,17 @@ class _CutModel:
     def _group(self, family: tuple[Requirement, ...]) -> list[_Group]:
         node = self.gpu_nodes
         weights: dict[tuple, float] = {}
-        as_nodes: dict[int, tuple] = {}  # id(minimal sets) -> them as node tuples (shared families)
+        # id(minimal sets) -> (them, as node tuples): requirements with one family share
+        # the list; it is kept here so that its id cannot be reused.
+        as_nodes: dict[int, tuple[list, tuple]] = {}
         for req in family:
             minimal = _minimal_sets(req.holders)
-            options = as_nodes.get(id(minimal))
-            if options is None:
-                options = as_nodes[id(minimal)] = tuple(tuple(sorted(node[r] for r in hs)) for hs in minimal)
+            hit = as_nodes.get(id(minimal))
+            if hit is not None and hit[0] is minimal:
+                options = hit[1]
+            else:
+                options = tuple(tuple(sorted(node[r] for r in hs)) for hs in minimal)
+                as_nodes[id(minimal)] = (minimal, options)
             needers = tuple(sorted(node[r] for r in req.needers))
             key = (options, needers)
             weights[key] = weights.get(key, 0.0) + 1.0

@@ -226,11 +226,19 @@ class _Plan:
                 raise ScheduleError(f"op {op.id} appears twice in schedule '{schedule.name}'", op.origin)
             position[op.id] = i
         nbytes, paths, local_s, deps = [], [], [], []
+        by_pair: dict[tuple[int, int], Path] = {}  # (src rank, dst rank) -> default path
         for op in schedule.ops:
             b = slot * op.count
             nbytes.append(b)
-            if op.is_transfer:
-                paths.append(router.path_for(op))
+            if op.src.rank != op.dst.rank:
+                if op.route:
+                    paths.append(router.path_for(op))
+                else:
+                    pair = (op.src.rank, op.dst.rank)
+                    path = by_pair.get(pair)
+                    if path is None:
+                        path = by_pair[pair] = router.path_for(op)
+                    paths.append(path)
                 local_s.append(0.0)
             else:
                 paths.append(None)
