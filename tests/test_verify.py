@@ -140,3 +140,34 @@ def test_transfer_without_a_path_through_switches_must_relay():
     verify(bad)  # without a topology only the schedule itself is checked
     with pytest.raises(ScheduleError, match="op 99 sends from g0 to g2, but no path joins them"):
         verify(bad, ring_topology(4))
+
+
+def _two_writers(second_deps: tuple[int, ...], second_step: int, read_first: bool) -> Schedule:
+    """Rank 0's chunk copied to rank 1's output[0] (op 0), maybe read from there (op 1),
+    then overwritten by a copy of the same chunk (op 2) with the given dependencies."""
+    sched = ring_allgather(2)
+    a = Op(0, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(1, Buffer.OUTPUT, 0), step=0)
+    ops = [a]
+    if read_first:
+        ops.append(Op(1, OpKind.COPY, Loc(1, Buffer.OUTPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=(0,), step=1))
+    ops.append(Op(2, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(1, Buffer.OUTPUT, 0), deps=second_deps,
+                  step=second_step))
+    return _with_ops(sched, ops)
+
+
+def test_two_unordered_writers_are_a_race():
+    with pytest.raises(ScheduleError, match=r"op 2 writes rank 1 output\[0\], also written by op 0, without "
+                                            r"depending on it \(a race\)"):
+        verify(_two_writers((), 1, read_first=False), check_races=True)
+
+
+def test_overwrite_while_a_reader_may_still_read_is_a_race():
+    with pytest.raises(ScheduleError, match=r"op 2 overwrites rank 1 output\[0\] while op 1 may still be "
+                                            r"reading it \(a race\)"):
+        verify(_two_writers((0,), 2, read_first=True), check_races=True)
+
+
+def test_an_order_through_the_dag_is_no_race():
+    # op 2 depends on op 1 only, which depends on op 0: ordered, though not directly.
+    with pytest.raises(ScheduleError, match="postcondition"):  # the race check passes; the values do not
+        verify(_two_writers((1,), 2, read_first=True), check_races=True)
