@@ -51,6 +51,7 @@ class _Emitter:
         self.last_writer: dict[int, int] = {}
         self.readers: dict[int, list[int]] = {}
         self.locs: dict[int, Loc] = {}
+        self.step_ints: list[int] = [0]
         # slot number = (rank x 3 + buffer) x width + index, width above every buffer's size
         self.width = max(coll.chunks * coll.ranks, scratch, *(len(b) for b in coll.inputs),
                          *(len(b) for b in coll.outputs)) + 1
@@ -81,11 +82,17 @@ class _Emitter:
         if deps:
             deps.sort()
             step = 1 + max([steps[d] for d in deps])
+            if step < len(self.step_ints):
+                step = self.step_ints[step]  # one int object per step number, not one per op
+            else:
+                self.step_ints.append(step)
         else:
             step = 0
         op_id = len(steps)
         steps.append(step)
-        self.ops.append(_make_op(op_id, kind, self.loc(src), self.loc(dst), 1, tuple(deps), step, (), origin))
+        locs = self.locs
+        self.ops.append(_make_op(op_id, kind, locs.get(src) or self.loc(src), locs.get(dst) or self.loc(dst), 1,
+                                 tuple(deps), step, (), origin))
         last_writer[dst] = op_id
         readers[dst] = []
         got = readers.get(src)
