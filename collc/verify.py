@@ -34,19 +34,28 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
         raise ScheduleError(
             f"schedule '{schedule.name}' is for {ranks} ranks but topology '{topology.name}' has "
             f"{topology.num_ranks} GPUs")
-    step_of: dict[int, int] = {}  # op id -> step, for the ops seen so far
+    # op id -> step for the ops seen so far: a list while ids are positions (every built
+    # or synthesized schedule: no dict of millions of entries), else a dict.
+    steps: list[int] | None = []
+    step_of: dict[int, int] = {}
     unused = {r for r, buf in enumerate(schedule.collective.outputs) if all(v is None for v in buf)}
     # Looked up once per op, so computed once per schedule.
     sizes = {(r, b): buffer_size(schedule, r, b) for r in range(ranks) for b in Buffer}
     reach: dict[int, frozenset[int]] | None = None  # found at the first unrouted transfer
+    in_range: set[Loc] = set()  # slots one-slot ops have named (each is checked once)
     output, input_ = Buffer.OUTPUT, Buffer.INPUT
     # One loop with the checks inline: it runs once per op (millions at 1,024 ranks).
     for op in schedule.ops:
         op_id, step, src, dst, count = op.id, op.step, op.src, op.dst, op.count
-        if op_id in step_of:
+        if steps is not None and op_id != len(steps):
+            step_of, steps = dict(enumerate(steps)), None  # ids are not positions after all
+        if steps is None and op_id in step_of:
             raise ScheduleError(f"op {op_id} appears twice in schedule '{schedule.name}'", op.origin)
         for d in op.deps:
-            dep_step = step_of.get(d)
+            if steps is not None:
+                dep_step = steps[d] if 0 <= d < len(steps) else None
+            else:
+                dep_step = step_of.get(d)
             if dep_step is None:
                 raise ScheduleError(
                     f"op {op_id} depends on op {d}, which does not come before it "
@@ -57,19 +66,17 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
                 raise ScheduleError(
                     f"op {op_id} (step {step}) depends on op {d} (step {dep_step}); "
                     "a dependency must be at an earlier step", op.origin)
-        step_of[op_id] = step
+        if steps is not None:
+            steps.append(step)
+        else:
+            step_of[op_id] = step
         if count < 1:
             raise ScheduleError(f"op {op_id} moves {count} slots; it must move at least one", op.origin)
-        for loc in (src, dst):
-            rank, buffer, index = loc
-            if not 0 <= rank < ranks:
-                raise ScheduleError(f"op {op_id} names rank {rank}, but there are {ranks} ranks", op.origin)
-            size = sizes[(rank, buffer)]
-            if index < 0 or index + count > size:
-                raise ScheduleError(
-                    f"op {op_id} touches rank {rank} {buffer.label}[{index}"
-                    f"{'' if count == 1 else f'..{index + count}'}], but that buffer has {size} slots",
-                    op.origin)
+        if count != 1 or src not in in_range or dst not in in_range:  # else both checked before
+            _check_ranges(op, ranks, sizes)
+            if count == 1:
+                in_range.add(src)
+                in_range.add(dst)
         if not in_place and (dst.buffer is input_ or (dst.buffer is output and dst.rank in unused)):
             _check_writable(schedule, op, unused)
         if topology is not None and src.rank != dst.rank:
@@ -81,6 +88,20 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
                     f"op {op_id} sends from {src_name} to {dst_name}, but no path joins them through switches "
                     "and NICs only; relay it through a GPU (one op into the relay's buffer, one out of it)",
                     op.origin)
+
+
+def _check_ranges(op: Op, ranks: int, sizes: dict[tuple[int, Buffer], int]) -> None:
+    """The op's ranks exist and its slots lie inside their buffers."""
+    for loc in (op.src, op.dst):
+        rank, buffer, index = loc
+        if not 0 <= rank < ranks:
+            raise ScheduleError(f"op {op.id} names rank {rank}, but there are {ranks} ranks", op.origin)
+        size = sizes[(rank, buffer)]
+        if index < 0 or index + op.count > size:
+            raise ScheduleError(
+                f"op {op.id} touches rank {rank} {buffer.label}[{index}"
+                f"{'' if op.count == 1 else f'..{index + op.count}'}], but that buffer has {size} slots",
+                op.origin)
 
 
 def _check_writable(schedule: Schedule, op: Op, unused: set[int]) -> None:

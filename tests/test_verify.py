@@ -171,3 +171,17 @@ def test_an_order_through_the_dag_is_no_race():
     # op 2 depends on op 1 only, which depends on op 0: ordered, though not directly.
     with pytest.raises(ScheduleError, match="postcondition"):  # the race check passes; the values do not
         verify(_two_writers((1,), 2, read_first=True), check_races=True)
+
+
+def test_ids_need_not_be_positions_but_must_be_unique_and_ordered():
+    sched = ring_allgather(4)
+    shifted = [replace(o, id=o.id + 10, deps=tuple(d + 10 for d in o.deps)) for o in sched.ops]
+    verify(_with_ops(sched, shifted), ring_topology(4))
+    twice = list(sched.ops) + [replace(sched.ops[-1], step=sched.ops[-1].step + 1)]
+    with pytest.raises(ScheduleError, match=rf"op {sched.ops[-1].id} appears twice"):
+        verify(_with_ops(sched, twice))
+    ahead = [replace(o, deps=(o.id + 1,)) if o.id == 5 else o for o in sched.ops]
+    with pytest.raises(ScheduleError, match=r"op 5 depends on op 6, which does not come before it"):
+        verify(_with_ops(sched, ahead))
+    with pytest.raises(ScheduleError, match=r"op 15 depends on op 16, which does not come before it"):
+        verify(_with_ops(sched, [replace(o, deps=(o.id + 1,)) if o.id == 15 else o for o in shifted]))
