@@ -406,6 +406,8 @@ class _CutModel:
         self.min_capacity = float(positive.min()) if positive.size else 0.0
         self.groups = self._group(family)
         self._orbits: np.ndarray | None = None
+        self._single_coo: tuple[np.ndarray, np.ndarray] | None = None
+        self._need_rows: tuple[np.ndarray, np.ndarray] | None = None
         self._build_arrays()
 
     # -- requirements as node-level groups --
@@ -495,16 +497,71 @@ class _CutModel:
         b = flipped_sum(self.cap)
         f = flipped_sum(self.pairs) if self.has_pairs else np.zeros(len(x))
         if len(self.weight):
-            has = ((self.single @ inside)[:, None] - self.single * leaves[None, :]) > 0.5
-            if len(self.opt):
-                full = ((self.opt @ outside)[:, None] + self.opt * leaves[None, :]) < 0.5
-                np.logical_or.at(has, self.opt_group, full)
-            need_out = (self.need @ outside)[:, None] + self.need * leaves[None, :]
-            f = f + self.weight @ (has & (need_out > 0.5))
+            groups = None if len(self.opt) else self._flipped_groups_sparse(inside, outside, leaves)
+            f = f + (groups if groups is not None else self._flipped_groups(inside, outside, leaves))
         # A true B_out is 0 or at least the smallest link; anything below half of that
         # is rounding left by the subtraction above.
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(b > self.min_capacity / 2, self.slot * f / b, 0.0)
+
+    def _flipped_groups(self, inside: np.ndarray, outside: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+        """The groups' part of f for every one-node flip, as group x node matrices."""
+        has = ((self.single @ inside)[:, None] - self.single * leaves[None, :]) > 0.5
+        if len(self.opt):
+            full = ((self.opt @ outside)[:, None] + self.opt * leaves[None, :]) < 0.5
+            np.logical_or.at(has, self.opt_group, full)
+        need_out = (self.need @ outside)[:, None] + self.need * leaves[None, :]
+        return self.weight @ (has & (need_out > 0.5))
+
+    def _flipped_groups_sparse(self, inside: np.ndarray, outside: np.ndarray,
+                               leaves: np.ndarray) -> np.ndarray | None:
+        """`_flipped_groups` without multi-node holder options, from the few (group,
+        node) pairs where a flip changes anything: a group's holder count flips its
+        "has" only from 0 or 1, its outside-needer count its "needed" only from 0 or 1.
+        Every term is a whole number of requirements (exact in floating point), so the
+        sums equal the matrix form's to the bit. None where most groups are at such a
+        threshold (the matrix form is then as cheap)."""
+        holders_in = self.single @ inside
+        needers_out = self.need @ outside
+        cross = (holders_in > 0.5) & (needers_out > 0.5)
+        base = float(self.weight @ cross)
+        rows, cols = self._sparse_single
+        at_edge = holders_in[rows] < 1.5
+        pair_g, pair_k = [rows[at_edge]], [cols[at_edge]]
+        critical = np.flatnonzero(needers_out < 1.5)
+        if len(critical) * 4 > len(needers_out):
+            return None
+        starts, needers = self._sparse_need
+        for g in critical.tolist():
+            ks = needers[starts[g]:starts[g + 1]]
+            if holders_in[g] < 1.5:  # pairs (g, holder) are listed already
+                ks = ks[self.single[g, ks] == 0]
+            pair_g.append(np.full(len(ks), g, dtype=np.intp))
+            pair_k.append(ks)
+        g_all, k_all = np.concatenate(pair_g), np.concatenate(pair_k)
+        size = len(inside)
+        out = np.full(size, base)
+        if not len(g_all):
+            return out
+        has = (holders_in[g_all] - self.single[g_all, k_all] * leaves[k_all]) > 0.5
+        needed = (needers_out[g_all] + self.need[g_all, k_all] * leaves[k_all]) > 0.5
+        change = self.weight[g_all] * ((has & needed).astype(float) - cross[g_all])
+        return out + np.bincount(k_all, weights=change, minlength=size)
+
+    @property
+    def _sparse_single(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._single_coo is None:
+            self._single_coo = np.nonzero(self.single)
+        return self._single_coo
+
+    @property
+    def _sparse_need(self) -> tuple[np.ndarray, np.ndarray]:
+        """The need matrix as rows: (row starts, node indices)."""
+        if self._need_rows is None:
+            rows, cols = np.nonzero(self.need)
+            starts = np.searchsorted(rows, np.arange(len(self.need) + 1))
+            self._need_rows = (starts, cols)
+        return self._need_rows
 
     # -- the search --
     def maximize(self) -> tuple[float, tuple[str, ...]]:

@@ -84,3 +84,23 @@ def test_requirements_share_holder_sets():
     assert len(reqs) == 16
     for a, b in itertools.combinations(reqs, 2):
         assert all(x is y for x, y in zip(a.holders, b.holders))  # one object per distinct set
+
+
+@pytest.mark.parametrize("topo_spec, coll", [("ring(16)", "allgather"), ("ring(16)", "allreduce"),
+                                             ("dgx1", "allgather"), ("dgx2(chassis=2)", "allreduce"),
+                                             ("ring(9)", "broadcast(root=2)")])
+def test_sparse_flips_equal_the_matrix_form_to_the_bit(topo_spec, coll):
+    topo = fe.resolve_topology(topo_spec)
+    model = bounds._CutModel(topo, disjoint_requirements(requirements(fe.resolve_collective(coll, topo.num_ranks))),
+                             1e6)
+    rng = np.random.default_rng(1)
+    used = 0
+    for _ in range(100):
+        x = rng.random(len(model.names)) < rng.random()
+        inside = x.astype(float)
+        args = (inside, 1.0 - inside, np.where(x, 1.0, -1.0))
+        sparse = model._flipped_groups_sparse(*args)
+        if sparse is not None:
+            used += 1
+            assert np.array_equal(sparse, model._flipped_groups(*args))
+    assert used > 50
