@@ -356,7 +356,7 @@ def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _C
                 w = held[1]
                 if not ((w is None or w == me or w in deps) and (
                         target is None or ((target[1] is None or target[1] in deps)
-                                           and all(r == me or r in deps for r in target[2])))):
+                                           and (not target[2] or _all_ordered(target[2], me, deps))))):
                     _check_race(op, src, dst, _writers(slots, src, dst), _readers(slots, dst), order)
             if target is None:
                 slots[dst] = [new, me, [me] if is_reduce else []]
@@ -364,6 +364,10 @@ def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _C
                 target[0], target[1], target[2] = new, me, [me] if is_reduce else []
             held[2].append(me)
     return {loc: record[0] for loc, record in slots.items()}, codec
+
+
+def _all_ordered(readers: list[int], me: int, deps: tuple[int, ...]) -> bool:
+    return all(r == me or r in deps for r in readers)
 
 
 def _writers(slots: dict[Loc | SlotKey, list], *keys: Loc | SlotKey) -> dict[Loc | SlotKey, int]:

@@ -67,6 +67,11 @@ class _Emitter:
     def slot(self, rank: int, buffer: int, index: int) -> int:
         return (rank * 3 + buffer) * self.width + index
 
+    def bases(self, ranks: int) -> tuple[list[int], list[int], list[int]]:
+        """Slot number of index 0 of every rank's input, output and scratch buffer (a
+        slot is `base[rank] + index`: no call per slot in the builders' loops)."""
+        return tuple([self.slot(r, b, 0) for r in range(ranks)] for b in (_I, _O, _S))  # type: ignore[return-value]
+
     def add(self, kind: OpKind, src: int, dst: int, origin: Any) -> None:
         last_writer, readers, steps = self.last_writer, self.readers, self.steps
         deps = []
@@ -111,19 +116,19 @@ def _ring_allgather(program: Any, coll: Collective, ring: Sequence[int], stmts: 
     own, first, forward = (s.span for s in stmts)
     n, c = coll.ranks, coll.chunks
     out = _Emitter(program, coll)
-    add, slot = out.add, out.slot
+    add, (inp, outp, _) = out.add, out.bases(n)
     for r in range(n):
         for i in range(c):
-            add(COPY, slot(r, _I, i), slot(r, _O, r * c + i), own)
+            add(COPY, inp[r] + i, outp[r] + r * c + i, own)
     for s in range(n - 1):
         for p in range(n):
             src, dst, owner = ring[p], ring[(p + 1) % n], ring[(p - s) % n]
             for i in range(c):
                 j = owner * c + i
                 if s == 0:
-                    add(COPY, slot(src, _I, i), slot(dst, _O, j), first)
+                    add(COPY, inp[src] + i, outp[dst] + j, first)
                 else:
-                    add(COPY, slot(src, _O, j), slot(dst, _O, j), forward)
+                    add(COPY, outp[src] + j, outp[dst] + j, forward)
 
 
 def _ring_reducescatter(program: Any, coll: Collective, ring: Sequence[int], stmts: list[ast.Stmt]) -> None:
@@ -134,24 +139,24 @@ def _ring_reducescatter(program: Any, coll: Collective, ring: Sequence[int], stm
         program.add(COPY, Loc(0, I, 0), Loc(0, O, 0), c, single.span)
         return  # no other op: the ring loops below are empty
     out = _Emitter(program, coll, n * c)
-    add, slot = out.add, out.slot
+    add, (inp, outp, tmp) = out.add, out.bases(n)
     for s in range(n - 1):
         for p in range(n):
             src, dst, b = ring[p], ring[(p + 1) % n], ring[(p - 1 - s) % n]
             for i in range(c):
                 j = b * c + i
                 if dst == b:
-                    add(COPY, slot(dst, _I, j), slot(dst, _O, i), own_out.span)
+                    add(COPY, inp[dst] + j, outp[dst] + i, own_out.span)
                     if s == 0:
-                        add(REDUCE, slot(src, _I, j), slot(dst, _O, i), first_out.span)
+                        add(REDUCE, inp[src] + j, outp[dst] + i, first_out.span)
                     else:
-                        add(REDUCE, slot(src, _S, j), slot(dst, _O, i), next_out.span)
+                        add(REDUCE, tmp[src] + j, outp[dst] + i, next_out.span)
                 else:
-                    add(COPY, slot(dst, _I, j), slot(dst, _S, j), own_tmp.span)
+                    add(COPY, inp[dst] + j, tmp[dst] + j, own_tmp.span)
                     if s == 0:
-                        add(REDUCE, slot(src, _I, j), slot(dst, _S, j), first_tmp.span)
+                        add(REDUCE, inp[src] + j, tmp[dst] + j, first_tmp.span)
                     else:
-                        add(REDUCE, slot(src, _S, j), slot(dst, _S, j), next_tmp.span)
+                        add(REDUCE, tmp[src] + j, tmp[dst] + j, next_tmp.span)
 
 
 def _ring_allreduce(program: Any, coll: Collective, ring: Sequence[int], stmts: list[ast.Stmt]) -> None:
@@ -161,23 +166,23 @@ def _ring_allreduce(program: Any, coll: Collective, ring: Sequence[int], stmts: 
         program.add(COPY, Loc(0, I, 0), Loc(0, O, 0), c, single)
         return  # no other op: the ring loops below are empty
     out = _Emitter(program, coll)
-    add, slot = out.add, out.slot
+    add, (inp, outp, _) = out.add, out.bases(n)
     for s in range(n - 1):
         for p in range(n):
             src, dst, b = ring[p], ring[(p + 1) % n], ring[(p - 1 - s) % n]
             for i in range(c):
                 j = b * c + i
-                add(COPY, slot(dst, _I, j), slot(dst, _O, j), own)
+                add(COPY, inp[dst] + j, outp[dst] + j, own)
                 if s == 0:
-                    add(REDUCE, slot(src, _I, j), slot(dst, _O, j), first)
+                    add(REDUCE, inp[src] + j, outp[dst] + j, first)
                 else:
-                    add(REDUCE, slot(src, _O, j), slot(dst, _O, j), reduce_next)
+                    add(REDUCE, outp[src] + j, outp[dst] + j, reduce_next)
     for s in range(n - 1):
         for p in range(n):
             src, dst, b = ring[p], ring[(p + 1) % n], ring[(p - s) % n]
             for i in range(c):
                 j = b * c + i
-                add(COPY, slot(src, _O, j), slot(dst, _O, j), forward)
+                add(COPY, outp[src] + j, outp[dst] + j, forward)
 
 
 Builder = Callable[[Any, Collective, Sequence[int], list[ast.Stmt]], None]
