@@ -313,12 +313,12 @@ def _as_loc(key: Loc | SlotKey) -> Loc:
 def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _Codec]:
     coll = schedule.collective
     codec = _Codec()
-    # slot -> [value, last op that wrote it, ops that read it since that write]: one
+    # slot -> [value, last op that wrote it, ops that read it since that write or None]: one
     # record per slot, so an op costs two dict lookups (it runs millions of times).
     slots: dict[Loc | SlotKey, list] = {}
     for r, buf in enumerate(coll.inputs):
         for i, v in enumerate(buf):
-            slots[Loc(r, Buffer.INPUT, i)] = [codec.encode(v), None, []]
+            slots[Loc(r, Buffer.INPUT, i)] = [codec.encode(v), None, None]
     order = _Order(schedule.ops) if check_races else None
     reduce = OpKind.REDUCE
     get = slots.get
@@ -358,11 +358,15 @@ def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _C
                         target is None or ((target[1] is None or target[1] in deps)
                                            and (not target[2] or _all_ordered(target[2], me, deps))))):
                     _check_race(op, src, dst, _writers(slots, src, dst), _readers(slots, dst), order)
+            # Readers since the last write: None for none (millions of slots, most read once).
             if target is None:
-                slots[dst] = [new, me, [me] if is_reduce else []]
+                slots[dst] = [new, me, [me] if is_reduce else None]
             else:
-                target[0], target[1], target[2] = new, me, [me] if is_reduce else []
-            held[2].append(me)
+                target[0], target[1], target[2] = new, me, [me] if is_reduce else None
+            if held[2] is None:
+                held[2] = [me]
+            else:
+                held[2].append(me)
     return {loc: record[0] for loc, record in slots.items()}, codec
 
 
@@ -375,7 +379,7 @@ def _writers(slots: dict[Loc | SlotKey, list], *keys: Loc | SlotKey) -> dict[Loc
 
 
 def _readers(slots: dict[Loc | SlotKey, list], key: Loc | SlotKey) -> dict[Loc | SlotKey, list[int]]:
-    return {key: slots[key][2]} if key in slots else {}
+    return {key: slots[key][2]} if key in slots and slots[key][2] else {}
 
 
 def execute(schedule: Schedule, check_races: bool = True) -> dict[Loc, Value]:

@@ -49,7 +49,7 @@ class _Emitter:
         assert not self.ops, "an emitter starts an empty program"
         self.steps: list[int] = []
         self.last_writer: dict[int, int] = {}
-        self.readers: dict[int, list[int]] = {}
+        self.readers: dict[int, list[int] | None] = {}
         self.locs: dict[int, Loc] = {}
         self.step_ints: list[int] = [0]
         # slot number = (rank x 3 + buffer) x width + index, width above every buffer's size
@@ -81,7 +81,7 @@ class _Emitter:
         w = last_writer.get(dst)
         if w is not None and w not in deps:
             deps.append(w)
-        for r in readers.get(dst, ()):
+        for r in readers.get(dst) or ():
             if r not in deps:
                 deps.append(r)
         if deps:
@@ -99,7 +99,7 @@ class _Emitter:
         self.ops.append(_make_op(op_id, kind, locs.get(src) or self.loc(src), locs.get(dst) or self.loc(dst), 1,
                                  tuple(deps), step, (), origin))
         last_writer[dst] = op_id
-        readers[dst] = []
+        readers[dst] = None  # no reader since this write (a list per slot costs 100s of MB)
         got = readers.get(src)
         if got is None:
             readers[src] = [op_id]
