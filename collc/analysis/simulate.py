@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from collections.abc import Iterator, Mapping
 from typing import Any
+
+import numpy as np
 
 from collc.diagnostics import CollcError, ScheduleError
 from collc.ir.schedule import Op, Schedule
@@ -291,7 +293,9 @@ class _Plan:
             except KeyError as exc:
                 raise ScheduleError(f"op {op.id} depends on op {exc.args[0]}, which is not in the schedule",
                                     op.origin) from None
-        order = sorted(range(len(schedule.ops)), key=lambda i: (schedule.ops[i].step, i))
+        # Positions by (step, position): a stable sort by step (no key tuple per op).
+        steps = np.fromiter((op.step for op in schedule.ops), dtype=np.int64, count=len(schedule.ops))
+        order = np.argsort(steps, kind="stable").tolist()
         return cls(nbytes, paths, local_s, deps, order, [l.capacity for l in topology.links], schedule.ops)
 
 
