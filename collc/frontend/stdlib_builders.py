@@ -48,16 +48,19 @@ class _Emitter:
         self.ops: list[Op] = program.ops
         assert not self.ops, "an emitter starts an empty program"
         self.steps: list[int] = []
-        self.last_writer: dict[int, int] = {}
-        self.readers: dict[int, list[int] | None] = {}
-        self.locs: dict[int, Loc] = {}
         self.step_ints: list[int] = [0]
-        # slot number = (rank x 3 + buffer) x width + index, width above every buffer's size
+        # slot number = (rank x 3 + buffer) x width + index, width above every buffer's
+        # size: dense, so the slot tables are lists (a dict of millions of int keys
+        # would cost ten times the memory)
         self.width = max(coll.chunks * coll.ranks, scratch, *(len(b) for b in coll.inputs),
                          *(len(b) for b in coll.outputs)) + 1
+        slots = 3 * coll.ranks * self.width
+        self.last_writer: list[int | None] = [None] * slots
+        self.readers: list[list[int] | None] = [None] * slots  # None: no reader since the last write
+        self.locs: list[Loc | None] = [None] * slots
 
     def loc(self, key: int) -> Loc:
-        loc = self.locs.get(key)
+        loc = self.locs[key]
         if loc is None:
             rank, rest = divmod(key, 3 * self.width)
             buffer, index = divmod(rest, self.width)
@@ -75,13 +78,13 @@ class _Emitter:
     def add(self, kind: OpKind, src: int, dst: int, origin: Any) -> None:
         last_writer, readers, steps = self.last_writer, self.readers, self.steps
         deps = []
-        w = last_writer.get(src)
+        w = last_writer[src]
         if w is not None:
             deps.append(w)
-        w = last_writer.get(dst)
+        w = last_writer[dst]
         if w is not None and w not in deps:
             deps.append(w)
-        for r in readers.get(dst) or ():
+        for r in readers[dst] or ():
             if r not in deps:
                 deps.append(r)
         if deps:
@@ -96,11 +99,11 @@ class _Emitter:
         op_id = len(steps)
         steps.append(step)
         locs = self.locs
-        self.ops.append(_make_op(op_id, kind, locs.get(src) or self.loc(src), locs.get(dst) or self.loc(dst), 1,
+        self.ops.append(_make_op(op_id, kind, locs[src] or self.loc(src), locs[dst] or self.loc(dst), 1,
                                  tuple(deps), step, (), origin))
         last_writer[dst] = op_id
-        readers[dst] = None  # no reader since this write (a list per slot costs 100s of MB)
-        got = readers.get(src)
+        readers[dst] = None
+        got = readers[src]
         if got is None:
             readers[src] = [op_id]
         else:
