@@ -34,48 +34,74 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
         raise ScheduleError(
             f"schedule '{schedule.name}' is for {ranks} ranks but topology '{topology.name}' has "
             f"{topology.num_ranks} GPUs")
-    position: dict[int, int] = {}
+    # op id -> step for the ops seen so far: a list while ids are positions (every built
+    # or synthesized schedule: no dict of millions of entries), else a dict.
+    steps: list[int] | None = []
+    step_of: dict[int, int] = {}
     unused = {r for r, buf in enumerate(schedule.collective.outputs) if all(v is None for v in buf)}
     # Looked up once per op, so computed once per schedule.
     sizes = {(r, b): buffer_size(schedule, r, b) for r in range(ranks) for b in Buffer}
     reach: dict[int, frozenset[int]] | None = None  # found at the first unrouted transfer
-    for pos, op in enumerate(schedule.ops):
-        if op.id in position:
-            raise ScheduleError(f"op {op.id} appears twice in schedule '{schedule.name}'", op.origin)
+    in_range: set[Loc] = set()  # slots one-slot ops have named (each is checked once)
+    output, input_ = Buffer.OUTPUT, Buffer.INPUT
+    # One loop with the checks inline: it runs once per op (millions at 1,024 ranks).
+    for op in schedule.ops:
+        op_id, step, src, dst, count = op.id, op.step, op.src, op.dst, op.count
+        if steps is not None and op_id != len(steps):
+            step_of, steps = dict(enumerate(steps)), None  # ids are not positions after all
+        if steps is None and op_id in step_of:
+            raise ScheduleError(f"op {op_id} appears twice in schedule '{schedule.name}'", op.origin)
         for d in op.deps:
-            if d not in position:
+            if steps is not None:
+                dep_step = steps[d] if 0 <= d < len(steps) else None
+            else:
+                dep_step = step_of.get(d)
+            if dep_step is None:
                 raise ScheduleError(
-                    f"op {op.id} depends on op {d}, which does not come before it "
+                    f"op {op_id} depends on op {d}, which does not come before it "
                     "(ops must be listed in a dependency order)", op.origin)
-            dep_step = schedule.ops[position[d]].step
-            if dep_step >= op.step:
+            if dep_step >= step:
                 # Executors run a schedule step by step; a dependency inside one step
                 # would have to be honoured within a step that runs all at once.
                 raise ScheduleError(
-                    f"op {op.id} (step {op.step}) depends on op {d} (step {dep_step}); "
+                    f"op {op_id} (step {step}) depends on op {d} (step {dep_step}); "
                     "a dependency must be at an earlier step", op.origin)
-        position[op.id] = pos
-        if op.count < 1:
-            raise ScheduleError(f"op {op.id} moves {op.count} slots; it must move at least one", op.origin)
-        for loc in (op.src, op.dst):
-            if not 0 <= loc.rank < ranks:
-                raise ScheduleError(f"op {op.id} names rank {loc.rank}, but there are {ranks} ranks", op.origin)
-            size = sizes[(loc.rank, loc.buffer)]
-            if loc.index < 0 or loc.index + op.count > size:
-                raise ScheduleError(
-                    f"op {op.id} touches rank {loc.rank} {loc.buffer.label}[{loc.index}"
-                    f"{'' if op.count == 1 else f'..{loc.index + op.count}'}], but that buffer has {size} slots",
-                    op.origin)
-        if not in_place:
+        if steps is not None:
+            steps.append(step)
+        else:
+            step_of[op_id] = step
+        if count < 1:
+            raise ScheduleError(f"op {op_id} moves {count} slots; it must move at least one", op.origin)
+        if count != 1 or src not in in_range or dst not in in_range:  # else both checked before
+            _check_ranges(op, ranks, sizes)
+            if count == 1:
+                in_range.add(src)
+                in_range.add(dst)
+        if not in_place and (dst.buffer is input_ or (dst.buffer is output and dst.rank in unused)):
             _check_writable(schedule, op, unused)
-        if topology is not None and op.is_transfer:
+        if topology is not None and src.rank != dst.rank:
             if op.route:
                 _check_route(op, topology)
-            elif op.dst.rank not in (reach := reach or _direct_reach(topology))[op.src.rank]:
-                src, dst = topology.gpu(op.src.rank).name, topology.gpu(op.dst.rank).name
+            elif dst.rank not in (reach := reach or _direct_reach(topology))[src.rank]:
+                src_name, dst_name = topology.gpu(src.rank).name, topology.gpu(dst.rank).name
                 raise ScheduleError(
-                    f"op {op.id} sends from {src} to {dst}, but no path joins them through switches and NICs "
-                    "only; relay it through a GPU (one op into the relay's buffer, one out of it)", op.origin)
+                    f"op {op_id} sends from {src_name} to {dst_name}, but no path joins them through switches "
+                    "and NICs only; relay it through a GPU (one op into the relay's buffer, one out of it)",
+                    op.origin)
+
+
+def _check_ranges(op: Op, ranks: int, sizes: dict[tuple[int, Buffer], int]) -> None:
+    """The op's ranks exist and its slots lie inside their buffers."""
+    for loc in (op.src, op.dst):
+        rank, buffer, index = loc
+        if not 0 <= rank < ranks:
+            raise ScheduleError(f"op {op.id} names rank {rank}, but there are {ranks} ranks", op.origin)
+        size = sizes[(rank, buffer)]
+        if index < 0 or index + op.count > size:
+            raise ScheduleError(
+                f"op {op.id} touches rank {rank} {buffer.label}[{index}"
+                f"{'' if op.count == 1 else f'..{index + op.count}'}], but that buffer has {size} slots",
+                op.origin)
 
 
 def _check_writable(schedule: Schedule, op: Op, unused: set[int]) -> None:
@@ -139,8 +165,23 @@ class _Order:
     """Happens-before queries over the dependency DAG."""
 
     def __init__(self, ops: tuple[Op, ...]):
-        self.pos = {op.id: i for i, op in enumerate(ops)}
-        self.deps = {op.id: op.deps for op in ops}
+        self.ops = ops
+        self._pos: dict[int, int] | None = None
+        self._deps: dict[int, tuple[int, ...]] | None = None
+
+    # Built at the first query: a schedule whose accesses are all ordered by direct
+    # dependencies (every ring) never searches the DAG.
+    @property
+    def pos(self) -> dict[int, int]:
+        if self._pos is None:
+            self._pos = {op.id: i for i, op in enumerate(self.ops)}
+        return self._pos
+
+    @property
+    def deps(self) -> dict[int, tuple[int, ...]]:
+        if self._deps is None:
+            self._deps = {op.id: op.deps for op in self.ops}
+        return self._deps
 
     def before(self, a: int, b: int) -> bool:
         """True if op a is an ancestor of op b (a must finish before b starts)."""
@@ -186,6 +227,13 @@ class _Codec:
         hit = self._seen.get(id(value))
         if hit is not None and hit[0] is value:
             return hit[1]
+        if len(value) == 1:  # a plain chunk (every input of the standard collectives)
+            for c in value:
+                bit = self.bit_of_rank.get(c.rank)
+                if bit is None:
+                    bit = self.bit_of_rank[c.rank] = len(self.rank_of_bit)
+                    self.rank_of_bit.append(c.rank)
+                return ((c.index, 1 << bit),)  # not remembered: a one-chunk value is seldom shared
         masks: dict[int, int] = {}
         for c in value:
             bit = self.bit_of_rank.get(c.rank)
@@ -265,60 +313,79 @@ def _as_loc(key: Loc | SlotKey) -> Loc:
 def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _Codec]:
     coll = schedule.collective
     codec = _Codec()
-    state: dict[Loc, Bits] = {}
+    # slot -> [value, last op that wrote it, ops that read it since that write or None]: one
+    # record per slot, so an op costs two dict lookups (it runs millions of times).
+    slots: dict[Loc | SlotKey, list] = {}
     for r, buf in enumerate(coll.inputs):
         for i, v in enumerate(buf):
-            state[Loc(r, Buffer.INPUT, i)] = codec.encode(v)
+            slots[Loc(r, Buffer.INPUT, i)] = [codec.encode(v), None, None]
     order = _Order(schedule.ops) if check_races else None
-    writer: dict[Loc, int] = {}  # last op that wrote the slot
-    readers: dict[Loc, list[int]] = {}  # ops that read it since that write
     reduce = OpKind.REDUCE
+    get = slots.get
     for op in schedule.ops:
-        for src, dst in _slot_keys(op):
-            v = state.get(src)
-            if v is None:
-                raise ScheduleError(f"op {op.id} reads {_as_loc(src)}, which holds nothing at that point",
+        me, deps, is_reduce = op.id, op.deps, op.kind is reduce
+        for src, dst in ((op.src, op.dst),) if op.count == 1 else _slot_keys(op):
+            held = get(src)
+            if held is None:
+                raise ScheduleError(f"op {me} reads {_as_loc(src)}, which holds nothing at that point",
                                     op.origin)
-            if op.kind is reduce:
-                cur = state.get(dst)
-                if cur is None:
+            v = held[0]
+            target = get(dst)
+            if is_reduce:
+                if target is None:
                     raise ScheduleError(
-                        f"op {op.id} reduces into {_as_loc(dst)}, which holds nothing at that point", op.origin)
-                new, twice = _union(cur, v)
+                        f"op {me} reduces into {_as_loc(dst)}, which holds nothing at that point", op.origin)
+                cur = target[0]
+                if len(cur) == 1 and len(v) == 1 and cur[0][0] == v[0][0]:
+                    # One index on both sides (every standard reduction): one `|`, one `&`.
+                    (i, x), (_, y) = cur[0], v[0]
+                    new, twice = ((i, x | y),), x & y
+                else:
+                    new, twice = _union(cur, v)
                 if twice:
+                    twice = _union(cur, v)[1]
                     raise ScheduleError(
-                        f"op {op.id} reduces {value_str(codec.decode(v))} into {_as_loc(dst)}, which already holds "
+                        f"op {me} reduces {value_str(codec.decode(v))} into {_as_loc(dst)}, which already holds "
                         f"{value_str(codec.decode(cur))}: {value_str(codec.decode(twice))} would be counted twice",
                         op.origin)
             else:
                 new = v
-            if order is not None and not _obviously_ordered(op, src, dst, writer, readers):
-                _check_race(op, src, dst, writer, readers, order)
-            state[dst] = new
-            writer[dst] = op.id
-            readers[dst] = [op.id] if op.kind is reduce else []
-            readers.setdefault(src, []).append(op.id)
-    return state, codec
+            if order is not None:
+                # Every earlier access `_check_race` would check is a direct dependency
+                # of `op` (or `op` itself): the common case, decided without searching.
+                w = held[1]
+                if not ((w is None or w == me or w in deps) and (
+                        target is None or ((target[1] is None or target[1] in deps)
+                                           and (not target[2] or _all_ordered(target[2], me, deps))))):
+                    _check_race(op, src, dst, _writers(slots, src, dst), _readers(slots, dst), order)
+            # Readers since the last write: None for none (millions of slots, most read once).
+            if target is None:
+                slots[dst] = [new, me, [me] if is_reduce else None]
+            else:
+                target[0], target[1], target[2] = new, me, [me] if is_reduce else None
+            if held[2] is None:
+                held[2] = [me]
+            else:
+                held[2].append(me)
+    return {loc: record[0] for loc, record in slots.items()}, codec
+
+
+def _all_ordered(readers: list[int], me: int, deps: tuple[int, ...]) -> bool:
+    return all(r == me or r in deps for r in readers)
+
+
+def _writers(slots: dict[Loc | SlotKey, list], *keys: Loc | SlotKey) -> dict[Loc | SlotKey, int]:
+    return {k: slots[k][1] for k in keys if k in slots and slots[k][1] is not None}
+
+
+def _readers(slots: dict[Loc | SlotKey, list], key: Loc | SlotKey) -> dict[Loc | SlotKey, list[int]]:
+    return {key: slots[key][2]} if key in slots and slots[key][2] else {}
 
 
 def execute(schedule: Schedule, check_races: bool = True) -> dict[Loc, Value]:
     """Run the ops symbolically; return the final value of every written or initial slot."""
     state, codec = _execute(schedule, check_races)
     return {_as_loc(loc): codec.decode(bits) for loc, bits in state.items()}
-
-
-def _obviously_ordered(op: Op, src: Loc | SlotKey, dst: Loc | SlotKey, writer: dict[Loc, int],
-                       readers: dict[Loc, list[int]]) -> bool:
-    """True when every earlier access `_check_race` would check is a direct dependency
-    of `op` (or `op` itself): the common case, decided without searching the DAG."""
-    deps, me = op.deps, op.id
-    w = writer.get(src)
-    if w is not None and w != me and w not in deps:
-        return False
-    w = writer.get(dst)
-    if w is not None and w not in deps:
-        return False
-    return all(r == me or r in deps for r in readers.get(dst, ()))
 
 
 def _check_race(op: Op, src: Loc | SlotKey, dst: Loc | SlotKey, writer: dict[Loc, int],

@@ -140,3 +140,48 @@ def test_transfer_without_a_path_through_switches_must_relay():
     verify(bad)  # without a topology only the schedule itself is checked
     with pytest.raises(ScheduleError, match="op 99 sends from g0 to g2, but no path joins them"):
         verify(bad, ring_topology(4))
+
+
+def _two_writers(second_deps: tuple[int, ...], second_step: int, read_first: bool) -> Schedule:
+    """Rank 0's chunk copied to rank 1's output[0] (op 0), maybe read from there (op 1),
+    then overwritten by a copy of the same chunk (op 2) with the given dependencies."""
+    sched = ring_allgather(2)
+    a = Op(0, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(1, Buffer.OUTPUT, 0), step=0)
+    ops = [a]
+    if read_first:
+        ops.append(Op(1, OpKind.COPY, Loc(1, Buffer.OUTPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=(0,), step=1))
+    ops.append(Op(2, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(1, Buffer.OUTPUT, 0), deps=second_deps,
+                  step=second_step))
+    return _with_ops(sched, ops)
+
+
+def test_two_unordered_writers_are_a_race():
+    with pytest.raises(ScheduleError, match=r"op 2 writes rank 1 output\[0\], also written by op 0, without "
+                                            r"depending on it \(a race\)"):
+        verify(_two_writers((), 1, read_first=False), check_races=True)
+
+
+def test_overwrite_while_a_reader_may_still_read_is_a_race():
+    with pytest.raises(ScheduleError, match=r"op 2 overwrites rank 1 output\[0\] while op 1 may still be "
+                                            r"reading it \(a race\)"):
+        verify(_two_writers((0,), 2, read_first=True), check_races=True)
+
+
+def test_an_order_through_the_dag_is_no_race():
+    # op 2 depends on op 1 only, which depends on op 0: ordered, though not directly.
+    with pytest.raises(ScheduleError, match="postcondition"):  # the race check passes; the values do not
+        verify(_two_writers((1,), 2, read_first=True), check_races=True)
+
+
+def test_ids_need_not_be_positions_but_must_be_unique_and_ordered():
+    sched = ring_allgather(4)
+    shifted = [replace(o, id=o.id + 10, deps=tuple(d + 10 for d in o.deps)) for o in sched.ops]
+    verify(_with_ops(sched, shifted), ring_topology(4))
+    twice = list(sched.ops) + [replace(sched.ops[-1], step=sched.ops[-1].step + 1)]
+    with pytest.raises(ScheduleError, match=rf"op {sched.ops[-1].id} appears twice"):
+        verify(_with_ops(sched, twice))
+    ahead = [replace(o, deps=(o.id + 1,)) if o.id == 5 else o for o in sched.ops]
+    with pytest.raises(ScheduleError, match=r"op 5 depends on op 6, which does not come before it"):
+        verify(_with_ops(sched, ahead))
+    with pytest.raises(ScheduleError, match=r"op 15 depends on op 16, which does not come before it"):
+        verify(_with_ops(sched, [replace(o, deps=(o.id + 1,)) if o.id == 15 else o for o in shifted]))

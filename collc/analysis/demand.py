@@ -58,30 +58,54 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
     for rank, buf in enumerate(collective.outputs):
         for value in buf:
             if value:
-                wanted.setdefault(value, set()).add(rank)
+                ranks = wanted.get(value)  # equal values are usually one shared object
+                if ranks is None:
+                    wanted[value] = ranks = set()
+                ranks.add(rank)
     # chunk -> (rank, input value) pairs that contain it; built once so that each
     # requirement only looks at the inputs that can matter to it.
     containing: dict[ChunkId, list[tuple[int, Value]]] = {}
     for rank, buf in enumerate(collective.inputs):
         for value in buf:
             for c in value or ():
-                containing.setdefault(c, []).append((rank, value))
-
+                pairs = containing.get(c)
+                if pairs is None:
+                    containing[c] = [(rank, value)]
+                else:
+                    pairs.append((rank, value))
+    # A chunk whose containing inputs are all the chunk alone is held usably, for any
+    # value with it, by exactly those ranks (the common case: no pre-reduced inputs);
+    # its holder set is found once, and equal sets are one object.
+    shared: dict[frozenset[int], frozenset[int]] = {}
+    plain: dict[ChunkId, frozenset[int]] = {}
+    for c, pairs in containing.items():
+        if len(pairs) == 1 and len(pairs[0][1]) == 1 or all(len(v) == 1 for _, v in pairs):
+            hs = frozenset(r for r, _ in pairs)
+            plain[c] = shared.setdefault(hs, hs)
+    # Sorted chunk tuples once per value: they order the values and become `chunks`.
+    ordered = {v: tuple(sorted(v)) for v in wanted}
     out = []
-    for value in sorted(wanted, key=lambda v: (len(v), sorted(v))):
-        chunks = tuple(sorted(value))
-        holders = []
-        for c in chunks:
-            hs = frozenset(r for r, v in containing.get(c, ()) if v <= value)
-            if not hs:
-                who = min(wanted[value])
-                raise CollcError(
-                    f"collective '{collective.name}': rank {who}'s output must hold {value_str(value)}, but no "
-                    f"rank's input holds {c} in a form that can be reduced into it")
-            holders.append(hs)
+    for value in sorted(wanted, key=lambda v: (len(v), ordered[v])):
+        chunks = ordered[value]
+        holders = [plain.get(c) for c in chunks]
+        if None in holders:
+            holders = [_usable_holders(c, value, containing, shared, collective, wanted) for c in chunks]
         needers = frozenset(r for r in wanted[value] if any(r not in hs for hs in holders))
         out.append(Requirement(value, chunks, tuple(holders), needers))
     return tuple(out)
+
+
+def _usable_holders(c: ChunkId, value: Value, containing: dict[ChunkId, list[tuple[int, Value]]],
+                    shared: dict[frozenset[int], frozenset[int]], collective: Collective,
+                    wanted: dict[Value, set[int]]) -> frozenset[int]:
+    """Ranks with an input V where c in V <= value; raises when there are none."""
+    hs = frozenset(r for r, v in containing.get(c, ()) if v <= value)
+    if not hs:
+        who = min(wanted[value])
+        raise CollcError(
+            f"collective '{collective.name}': rank {who}'s output must hold {value_str(value)}, but no "
+            f"rank's input holds {c} in a form that can be reduced into it")
+    return shared.setdefault(hs, hs)
 
 
 def pairwise_disjoint(sets: Iterable[frozenset]) -> bool:

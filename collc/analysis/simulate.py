@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+import numpy as np
 
 from collc.diagnostics import CollcError, ScheduleError
 from collc.ir.schedule import Op, Schedule
@@ -41,11 +44,36 @@ class Sharing(str, Enum):
     FAIR = "fair"
 
 
+class OpTimes(Mapping[int, float]):
+    """op id -> time, for a schedule whose ids are its positions: the list itself, read
+    as a mapping (a dict of 3 million entries would cost hundreds of MB at 1,024 ranks).
+    Compares equal to a dict with the same items."""
+
+    __slots__ = ("_times",)
+
+    def __init__(self, times: list[float]):
+        self._times = times
+
+    def __getitem__(self, op_id: int) -> float:
+        if type(op_id) is not int or not 0 <= op_id < len(self._times):
+            raise KeyError(op_id)
+        return self._times[op_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self._times)))
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def __repr__(self) -> str:
+        return f"OpTimes({dict(self)!r})"
+
+
 @dataclass(frozen=True)
 class Simulation:
     time_s: float  # completion time of the whole schedule
-    op_start: dict[int, float]
-    op_finish: dict[int, float]
+    op_start: Mapping[int, float]  # op id -> time: a dict, or `OpTimes` where ids are positions
+    op_finish: Mapping[int, float]
     # Every link of the topology, used or not: bytes carried, and the time it would
     # take to carry them at full capacity (bytes / capacity).
     link_bytes: dict[tuple[str, str], float]
@@ -188,12 +216,16 @@ def simulate(schedule: Schedule, topology: Topology, size_bytes: int, sharing: s
         raise CollcError(f"local bandwidth must be positive (got {local_bandwidth})")
     plan = _Plan.build(schedule, topology, size_bytes, local_bandwidth)
     start, finish, link_bytes = (_run_fifo if mode is Sharing.FIFO else _run_fair)(plan)
-    ids = [op.id for op in schedule.ops]
+    if all(op.id == i for i, op in enumerate(schedule.ops)):
+        op_start, op_finish = OpTimes(start), OpTimes(finish)
+    else:
+        ids = [op.id for op in schedule.ops]
+        op_start, op_finish = dict(zip(ids, start)), dict(zip(ids, finish))
     links = topology.links
     return Simulation(
         time_s=max(finish, default=0.0),
-        op_start=dict(zip(ids, start)),
-        op_finish=dict(zip(ids, finish)),
+        op_start=op_start,
+        op_finish=op_finish,
         link_bytes={(l.src, l.dst): link_bytes[i] for i, l in enumerate(links)},
         link_busy_s={(l.src, l.dst): (link_bytes[i] / l.capacity if l.capacity > 0 else 0.0)
                      for i, l in enumerate(links)},
@@ -209,7 +241,7 @@ class _Plan:
     nbytes: list[float]
     paths: list[Path | None]  # None: a local op
     local_s: list[float]  # duration of local ops
-    deps: list[list[int]]
+    deps: list[list[int] | tuple[int, ...]]  # positions of each op's dependencies
     order: list[int]  # positions by (step, position)
     capacity: list[float]
     ops: tuple[Op, ...]
@@ -220,27 +252,50 @@ class _Plan:
         coll = schedule.collective
         slot = coll.slot_bytes(size_bytes)
         router = Router(topology)
+        # Ids that are positions (every built or synthesized schedule) are unique, and
+        # let the ops' own dependency tuples serve as position lists: no copy per op.
+        ids_are_positions = all(op.id == i for i, op in enumerate(schedule.ops))
         position: dict[int, int] = {}
-        for i, op in enumerate(schedule.ops):
+        for i, op in enumerate(() if ids_are_positions else schedule.ops):
             if op.id in position:
                 raise ScheduleError(f"op {op.id} appears twice in schedule '{schedule.name}'", op.origin)
             position[op.id] = i
         nbytes, paths, local_s, deps = [], [], [], []
+        by_pair: dict[tuple[int, int], Path] = {}  # (src rank, dst rank) -> default path
+        op_bytes: dict[int, float] = {}  # count -> bytes, one float object per count
         for op in schedule.ops:
-            b = slot * op.count
+            b = op_bytes.get(op.count)
+            if b is None:
+                b = op_bytes[op.count] = slot * op.count
             nbytes.append(b)
-            if op.is_transfer:
-                paths.append(router.path_for(op))
+            if op.src.rank != op.dst.rank:
+                if op.route:
+                    paths.append(router.path_for(op))
+                else:
+                    pair = (op.src.rank, op.dst.rank)
+                    path = by_pair.get(pair)
+                    if path is None:
+                        path = by_pair[pair] = router.path_for(op)
+                    paths.append(path)
                 local_s.append(0.0)
             else:
                 paths.append(None)
                 local_s.append(b / local_bandwidth if local_bandwidth else 0.0)
+            if ids_are_positions:
+                for d in op.deps:
+                    if not 0 <= d < len(schedule.ops):
+                        raise ScheduleError(f"op {op.id} depends on op {d}, which is not in the schedule",
+                                            op.origin)
+                deps.append(op.deps)
+                continue
             try:
                 deps.append([position[d] for d in op.deps])
             except KeyError as exc:
                 raise ScheduleError(f"op {op.id} depends on op {exc.args[0]}, which is not in the schedule",
                                     op.origin) from None
-        order = sorted(range(len(schedule.ops)), key=lambda i: (schedule.ops[i].step, i))
+        # Positions by (step, position): a stable sort by step (no key tuple per op).
+        steps = np.fromiter((op.step for op in schedule.ops), dtype=np.int64, count=len(schedule.ops))
+        order = np.argsort(steps, kind="stable").tolist()
         return cls(nbytes, paths, local_s, deps, order, [l.capacity for l in topology.links], schedule.ops)
 
 

@@ -184,3 +184,35 @@ def test_pipelined_ring_is_fast_and_bandwidth_bound():
         # pipeline's first transfer's latency.
         busy = (n - 1) * chunks * per_transfer
         assert busy <= sim.time_s <= busy + n * (1 * US + per_transfer)
+
+
+def test_times_of_position_ids_read_as_a_mapping():
+    from collc.analysis.simulate import OpTimes
+
+    topo = ring(3)
+    sched = ring_allgather(3)
+    sim = simulate(sched, topo, SIZE)
+    assert isinstance(sim.op_finish, OpTimes)  # ids 0..n-1: the list itself
+    as_dict = dict(sim.op_finish)
+    assert sim.op_finish == as_dict and list(sim.op_finish) == [op.id for op in sched.ops]
+    for bad in (-1, len(sched.ops), True, "0"):
+        with pytest.raises(KeyError):
+            sim.op_start[bad]
+    renumbered = Schedule(sched.name, sched.collective, sched.topology,
+                          tuple(_shift_ids(op, 10) for op in sched.ops))
+    other = simulate(renumbered, topo, SIZE)
+    assert isinstance(other.op_finish, dict)
+    assert other.op_finish == {k + 10: v for k, v in as_dict.items()}
+
+
+def _shift_ids(op: Op, k: int) -> Op:
+    from dataclasses import replace
+
+    return replace(op, id=op.id + k, deps=tuple(d + k for d in op.deps))
+
+
+def test_dependency_outside_the_schedule_is_named_for_position_ids():
+    topo = ring(2)
+    sched = Schedule("bad", _custom(2, 1), topo.name, (_transfer(0, 0, 1), _transfer(1, 1, 0, deps=(5,), step=1)))
+    with pytest.raises(ScheduleError, match="op 1 depends on op 5, which is not in the schedule"):
+        simulate(sched, topo, SIZE)

@@ -52,3 +52,29 @@ def test_the_stdlib_ring_is_built_not_interpreted(monkeypatch):
     sched = fe.instantiate_algorithm("ring", topo, fe.resolve_collective("allreduce", 64))  # built and verified
     assert time.process_time() - t0 < 20
     assert len(sched.ops) == 3 * 64 * 63
+
+
+def test_emitter_derives_the_dependencies_and_steps_of_program_add():
+    """The builders' `_Emitter` against `_Program.add` on random one-slot op sequences
+    (slots reused, sources equal to destinations, all three buffers)."""
+    import random
+
+    from collc.frontend.algorithm import _Program
+    from collc.frontend.stdlib_builders import _BUFFER_ORDER, _Emitter
+    from collc.ir.collective import standard
+    from collc.ir.schedule import Loc, OpKind
+
+    coll = standard("allreduce", 3, 2)
+    rng = random.Random(3)
+    for _ in range(50):
+        reference, fast = _Program(coll), _Program(coll)
+        emit = _Emitter(fast, coll, scratch=4)
+        for _ in range(rng.randint(1, 40)):
+            kind = rng.choice([OpKind.COPY, OpKind.REDUCE])
+            src, dst = ((rng.randrange(3), rng.randrange(3), rng.randrange(4)) for _ in range(2))
+            reference.add(kind, Loc(src[0], _BUFFER_ORDER[src[1]], src[2]),
+                          Loc(dst[0], _BUFFER_ORDER[dst[1]], dst[2]), 1, None)
+            emit.add(kind, emit.slot(*src), emit.slot(*dst), None)
+        assert fast.ops == reference.ops
+        locs = {id(op.src) for op in fast.ops} | {id(op.dst) for op in fast.ops}
+        assert len(locs) == len({op.src for op in fast.ops} | {op.dst for op in fast.ops})  # one Loc per slot
