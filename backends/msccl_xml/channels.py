@@ -87,19 +87,31 @@ def channel_counts(halves: tuple[Half, ...], instances: int, channels: int, max_
     return list(range(max(1, min(limit, -(-busiest // max(1, max_steps)))), limit + 1))
 
 
+class PlanCache:
+    """What does not depend on the channel count, found once for all the counts tried:
+    the chains, and the matchings of `_pair` (see `_matching`)."""
+
+    def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]):
+        self.chains = _chains(halves, candidates)
+        self.matchings: dict[tuple, list[tuple[int, int]]] = {}
+
+
 def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
-                      c: int, max_steps: int, candidates: Sequence[tuple[int, int]] | None = None
-                      ) -> TbPlan | None:
+                      c: int, max_steps: int, candidates: Sequence[tuple[int, int]] | None = None,
+                      cache: PlanCache | None = None) -> TbPlan | None:
     """Threadblocks for every rank with `c` channels per instance, or None when the
     per-channel limits cannot hold. `candidates`: the halves' fusion candidates, where
-    the caller has them (they do not depend on the channel count)."""
+    the caller has them (they do not depend on the channel count); `cache`: a PlanCache
+    of these halves and candidates, where the caller tries several counts."""
     if candidates is None:
         candidates = fusion_candidates(halves, preds)
-    base = _assign_channels(halves, _chains(halves, candidates), c)
+    if cache is None:
+        cache = PlanCache(halves, candidates)
+    base = _assign_channels(halves, cache.chains, c)
     if base is None:
         return None
     channel_of = {h.id: base[(h.key.position, h.key.piece)] + h.instance * c for h in halves if not h.is_local}
-    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps)
+    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps, cache.matchings)
     if per_rank is None:
         return None
     rank, steps, tb = _largest(per_rank, halves, candidates)
@@ -179,7 +191,8 @@ def _room(peers: set[int], peer: int) -> bool:
 
 
 def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
-           channel_of: dict[int, int], ranks: int, c: int, max_steps: int) -> list[list[_Tb]] | None:
+           channel_of: dict[int, int], ranks: int, c: int, max_steps: int,
+           matchings: dict[tuple, list[tuple[int, int]]]) -> list[list[_Tb]] | None:
     sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rank, peer, chan) -> halves
     recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)
     for h in halves:
@@ -200,7 +213,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
 
     per_rank: list[list[_Tb]] = [[] for _ in range(ranks)]
     for (rank, ch), (send_peers, recv_peers) in sorted(groups.items()):
-        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)])
+        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], matchings)
         if pairs is None:
             return None
         for q, p in pairs:
@@ -221,16 +234,10 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
     return per_rank
 
 
-def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter) -> list[tuple[int, int]] | None:
+def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter,
+          matchings: dict[tuple, list[tuple[int, int]]] | None = None) -> list[tuple[int, int]] | None:
     """(send peer, recv peer) of each threadblock of one rank and channel (-1: none)."""
-    g = nx.Graph()
-    for (p, q), w in weight.items():
-        g.add_edge(("r", p), ("s", q), weight=w)
-    matched = nx.max_weight_matching(g) if g.number_of_edges() else set()
-    pairs = []
-    for u, v in matched:
-        (_, p), (_, q) = (u, v) if u[0] == "r" else (v, u)
-        pairs.append((q, p))
+    pairs = _matching(weight, {} if matchings is None else matchings)
     lone_sends = sorted(send_peers - {q for q, _ in pairs})
     lone_recvs = sorted(recv_peers - {p for _, p in pairs})
     # Unrelated connections share a threadblock only when the channel would otherwise
@@ -241,6 +248,37 @@ def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter) -> list[t
     if len(pairs) > MAX_TBS_PER_CHANNEL:
         return None
     return sorted(pairs)
+
+
+def _matching(weight: Counter, known: dict[tuple, list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """(send peer, recv peer) pairs of a maximum-weight matching between receive peers
+    and send peers, `weight` counting the fusion candidates of each (recv, send) pair.
+
+    networkx's blossom algorithm visits vertices and edges in insertion order only, so
+    its answer depends on the shape of the graph, not on the peers' numbers: the graph
+    is built on vertices numbered in order of first appearance, and the matching of each
+    shape is computed once (the ranks of a cluster of identical nodes repeat a few
+    shapes: 20 for the 320 rank-and-channel graphs of dgx_h100(nodes=8)). The blossom
+    algorithm costs milliseconds per graph, most of the threadblock planning."""
+    number: dict[tuple[str, int], int] = {}
+    edges = []
+    for (p, q), w in weight.items():
+        u = number.setdefault(("r", p), len(number))
+        v = number.setdefault(("s", q), len(number))
+        edges.append((u, v, w))
+    shape = tuple(edges)
+    matched = known.get(shape)
+    if matched is None:
+        g = nx.Graph()
+        g.add_weighted_edges_from(edges)
+        matched = [(u, v) for u, v in nx.max_weight_matching(g)] if edges else []
+        known[shape] = matched
+    vertex = list(number)
+    pairs = []
+    for u, v in matched:
+        (_, p), (_, q) = (vertex[u], vertex[v]) if vertex[u][0] == "r" else (vertex[v], vertex[u])
+        pairs.append((q, p))
+    return pairs
 
 
 def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], per_rank: list[list[_Tb]],

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL, channel_counts, check_counts, plan_threadblocks
+from collc.backends.msccl_xml.channels import (
+    MAX_TBS_PER_CHANNEL, PlanCache, channel_counts, check_counts, plan_threadblocks,
+)
 from collc.backends.msccl_xml.dependencies import order_steps
 from collc.backends.msccl_xml.fuse import fuse
 from collc.backends.msccl_xml.halves import split_schedule
@@ -44,9 +46,10 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     tries = channel_counts(split.halves, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
+    cache = PlanCache(split.halves, split.candidates)
     for c in tries:
         plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps,
-                                 split.candidates)
+                                 split.candidates, cache)
         if plan is None:
             continue
         if sms:
