@@ -156,38 +156,50 @@ def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> 
 
 def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]]], c: int
                      ) -> dict[tuple[int, int], int] | None:
-    """Channel of every transfer (of instance 0), or None when the peer limits cannot hold."""
+    """Channel of every transfer (of instance 0), or None when the peer limits cannot hold.
+
+    Each chain goes to the channel where its busiest connection would carry the fewest
+    messages (the lowest channel on a tie) among those that keep every rank within
+    MAX_TBS_PER_CHANNEL send and receive peers."""
     conn_of: dict[tuple[int, int], tuple[int, int]] = {}
     for h in halves:
         if h.kind is HalfKind.SEND and h.instance == 0:
             conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
-    load: Counter = Counter()
-    send_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
-    recv_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
+    # Per channel: messages per connection, and each rank's send and receive peers.
+    load: list[dict[tuple[int, int], int]] = [{} for _ in range(c)]
+    send_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
+    recv_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
     channel: dict[tuple[int, int], int] = {}
+    limit = MAX_TBS_PER_CHANNEL
     for chain in chains:
-        uses = Counter(conn_of[t] for t in chain)
-        best: tuple[int, int] | None = None
+        uses = list(Counter(conn_of[t] for t in chain).items())
+        best_cost, best = -1, -1
         for ch in range(c):
-            if not all(_room(send_peers[(a, ch)], b) and _room(recv_peers[(b, ch)], a) for a, b in uses):
-                continue
-            cost = max(load[(a, b, ch)] + n for (a, b), n in uses.items())
-            if best is None or cost < best[0]:
-                best = (cost, ch)
-        if best is None:
+            sends, recvs, loads = send_peers[ch], recv_peers[ch], load[ch]
+            cost = -1
+            for (a, b), n in uses:
+                peers = sends.get(a)
+                if peers is not None and len(peers) >= limit and b not in peers:
+                    break
+                peers = recvs.get(b)
+                if peers is not None and len(peers) >= limit and a not in peers:
+                    break
+                m = loads.get((a, b), 0) + n
+                if m > cost:
+                    cost = m
+            else:
+                if best < 0 or cost < best_cost:
+                    best_cost, best = cost, ch
+        if best < 0:
             return None
-        ch = best[1]
-        for (a, b), n in uses.items():
-            load[(a, b, ch)] += n
-            send_peers[(a, ch)].add(b)
-            recv_peers[(b, ch)].add(a)
+        sends, recvs, loads = send_peers[best], recv_peers[best], load[best]
+        for (a, b), n in uses:
+            loads[(a, b)] = loads.get((a, b), 0) + n
+            sends.setdefault(a, set()).add(b)
+            recvs.setdefault(b, set()).add(a)
         for t in chain:
-            channel[t] = ch
+            channel[t] = best
     return channel
-
-
-def _room(peers: set[int], peer: int) -> bool:
-    return peer in peers or len(peers) < MAX_TBS_PER_CHANNEL
 
 
 def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
