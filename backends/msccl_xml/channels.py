@@ -160,22 +160,50 @@ def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]
 
     Each chain goes to the channel where its busiest connection would carry the fewest
     messages (the lowest channel on a tie) among those that keep every rank within
-    MAX_TBS_PER_CHANNEL send and receive peers."""
+    MAX_TBS_PER_CHANNEL send and receive peers. A chain that fits no channel whole (in
+    a large cluster one chunk's chain can fan out from a rank to more peers than a
+    channel holds) is placed one connection at a time, by the same rule: its forwards
+    across two channels then do not fuse, which costs steps, not correctness."""
     conn_of: dict[tuple[int, int], tuple[int, int]] = {}
     for h in halves:
         if h.kind is HalfKind.SEND and h.instance == 0:
             conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
-    # Per channel: messages per connection, and each rank's send and receive peers.
-    load: list[dict[tuple[int, int], int]] = [{} for _ in range(c)]
-    send_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
-    recv_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
+    table = _ChannelTable(c)
     channel: dict[tuple[int, int], int] = {}
-    limit = MAX_TBS_PER_CHANNEL
     for chain in chains:
         uses = list(Counter(conn_of[t] for t in chain).items())
+        best = table.best(uses)
+        if best >= 0:
+            table.add(uses, best)
+            for t in chain:
+                channel[t] = best
+            continue
+        if len(uses) == 1:
+            return None
+        for use in uses:
+            best = table.best([use])
+            if best < 0:
+                return None
+            table.add([use], best)
+            for t in chain:
+                if conn_of[t] == use[0]:
+                    channel[t] = best
+    return channel
+
+
+class _ChannelTable:
+    """Per channel: messages per connection, and each rank's send and receive peers."""
+
+    def __init__(self, c: int):
+        self.load: list[dict[tuple[int, int], int]] = [{} for _ in range(c)]
+        self.send_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
+        self.recv_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
+
+    def best(self, uses: list[tuple[tuple[int, int], int]]) -> int:
+        """The channel for connections `uses` ((sender, receiver), messages), -1 if none has room."""
+        limit = MAX_TBS_PER_CHANNEL
         best_cost, best = -1, -1
-        for ch in range(c):
-            sends, recvs, loads = send_peers[ch], recv_peers[ch], load[ch]
+        for ch, (sends, recvs, loads) in enumerate(zip(self.send_peers, self.recv_peers, self.load)):
             cost = -1
             for (a, b), n in uses:
                 peers = sends.get(a)
@@ -190,16 +218,14 @@ def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]
             else:
                 if best < 0 or cost < best_cost:
                     best_cost, best = cost, ch
-        if best < 0:
-            return None
-        sends, recvs, loads = send_peers[best], recv_peers[best], load[best]
+        return best
+
+    def add(self, uses: list[tuple[tuple[int, int], int]], ch: int) -> None:
+        sends, recvs, loads = self.send_peers[ch], self.recv_peers[ch], self.load[ch]
         for (a, b), n in uses:
             loads[(a, b)] = loads.get((a, b), 0) + n
             sends.setdefault(a, set()).add(b)
             recvs.setdefault(b, set()).add(a)
-        for t in chain:
-            channel[t] = best
-    return channel
 
 
 def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
@@ -215,7 +241,9 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
     weight: dict[tuple[int, int], Counter] = defaultdict(Counter)  # (rank, chan) -> (recv peer, send peer)
     for a, b in candidates:
         ha, hb = halves[a], halves[b]
-        weight[(ha.rank, channel_of[a])][(ha.peer, hb.peer)] += 1
+        ch = channel_of[a]
+        if channel_of[b] == ch:  # a chain split over channels (see _assign_channels) cannot fuse there
+            weight[(ha.rank, ch)][(ha.peer, hb.peer)] += 1
 
     groups: dict[tuple[int, int], tuple[set[int], set[int]]] = defaultdict(lambda: (set(), set()))
     for rank, peer, ch in sends:

@@ -62,7 +62,12 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             if best is None or plan.least_steps < best[0]:
                 best = (plan.least_steps, plan.longest)
             continue
-        halves = tuple(h.placed(channel=plan.channel_of.get(h.id, 0)) for h in split.halves)
+        # The halves are this function's own (split_schedule made them), so each gets its
+        # channel in place rather than as a copy; every attempt sets all of them.
+        channel_of = plan.channel_of
+        for h in split.halves:
+            object.__setattr__(h, "channel", channel_of.get(h.id, 0))
+        halves = split.halves
         program = Program(
             name=schedule.name, collective=coll, coll=token, ngpus=coll.ranks,
             nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
