@@ -202,22 +202,19 @@ class _ChannelTable:
     def best(self, uses: list[tuple[tuple[int, int], int]]) -> int:
         """The channel for connections `uses` ((sender, receiver), messages), -1 if none has room."""
         limit = MAX_TBS_PER_CHANNEL
+        # The chain's own peers count too: it may add several to one rank.
+        to: dict[int, list[int]] = {}
+        came: dict[int, list[int]] = {}
+        for (a, b), _ in uses:
+            to.setdefault(a, []).append(b)
+            came.setdefault(b, []).append(a)
         best_cost, best = -1, -1
         for ch, (sends, recvs, loads) in enumerate(zip(self.send_peers, self.recv_peers, self.load)):
-            cost = -1
-            for (a, b), n in uses:
-                peers = sends.get(a)
-                if peers is not None and len(peers) >= limit and b not in peers:
-                    break
-                peers = recvs.get(b)
-                if peers is not None and len(peers) >= limit and a not in peers:
-                    break
-                m = loads.get((a, b), 0) + n
-                if m > cost:
-                    cost = m
-            else:
-                if best < 0 or cost < best_cost:
-                    best_cost, best = cost, ch
+            if not (_fits(sends, to, limit) and _fits(recvs, came, limit)):
+                continue
+            cost = max(loads.get(conn, 0) + n for conn, n in uses)
+            if best < 0 or cost < best_cost:
+                best_cost, best = cost, ch
         return best
 
     def add(self, uses: list[tuple[tuple[int, int], int]], ch: int) -> None:
@@ -226,6 +223,18 @@ class _ChannelTable:
             loads[(a, b)] = loads.get((a, b), 0) + n
             sends.setdefault(a, set()).add(b)
             recvs.setdefault(b, set()).add(a)
+
+
+def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> bool:
+    """Whether every rank keeps within `limit` peers once it also has those of `new`."""
+    for rank, more in new.items():
+        have = peers.get(rank)
+        if have is None:
+            if len(more) > limit:
+                return False
+        elif len(have) + len(more) > limit and len(have) + sum(1 for p in more if p not in have) > limit:
+            return False
+    return True
 
 
 def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
@@ -335,6 +344,14 @@ def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], 
                 # On the instance's channel with the fewest threadblocks of this rank.
                 used = Counter(tb.chan for tb in per_rank[h.rank])
                 chan = min(range(h.instance * c, (h.instance + 1) * c), key=lambda ch: (used[ch], ch))
+                if used[chan] >= MAX_TBS_PER_CHANNEL:
+                    # Every channel is full: the op joins the shortest threadblock of the
+                    # instance (it waits for nothing, so any threadblock can run it).
+                    tb = min((t for t in per_rank[h.rank] if h.instance * c <= t.chan < (h.instance + 1) * c),
+                             key=lambda t: len(t.halves))
+                    tb.halves.append(h.id)
+                    where[h.id] = tb
+                    continue
                 mine.append(_Tb(-1, -1, chan))
                 per_rank[h.rank].append(mine[-1])
             tb = mine[-1]
