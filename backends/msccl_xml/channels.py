@@ -127,31 +127,39 @@ def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> 
     """Transfers of instance 0, as (position, piece), grouped into chains in time order.
 
     The chains are the connected components of the candidate links, found with a
-    union-find (linear; a networkx graph of 130,000 transfers took seconds)."""
-    first: dict[tuple[int, int], tuple] = {}
+    union-find over transfer numbers (linear; a networkx graph of 130,000 transfers took
+    seconds)."""
+    number: dict[tuple[int, int], int] = {}  # (position, piece) -> transfer number
+    transfers: list[tuple[int, int]] = []
+    message: list[tuple] = []
+    send = HalfKind.SEND
     for h in halves:
-        if h.kind is HalfKind.SEND and h.instance == 0:
-            first[(h.key.position, h.key.piece)] = h.key.message
-    parent: dict[tuple[int, int], tuple[int, int]] = {t: t for t in first}
+        if h.kind is send and h.instance == 0:
+            k = h.key
+            number[(k.position, k.piece)] = len(transfers)
+            transfers.append((k.position, k.piece))
+            message.append(k.message)
+    parent = list(range(len(transfers)))
 
-    def root(t: tuple[int, int]) -> tuple[int, int]:
+    def root(t: int) -> int:
         while parent[t] != t:
             parent[t] = parent[parent[t]]
             t = parent[t]
         return t
 
     for a, b in candidates:
-        ha, hb = halves[a], halves[b]
-        if ha.instance == 0:
-            ra, rb = root((ha.key.position, ha.key.piece)), root((hb.key.position, hb.key.piece))
+        ka, kb = halves[a].key, halves[b].key
+        if ka.instance == 0:
+            ra, rb = root(number[(ka.position, ka.piece)]), root(number[(kb.position, kb.piece)])
             if ra != rb:
                 parent[ra] = rb
-    members: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-    for t in first:
+    members: dict[int, list[int]] = defaultdict(list)
+    for t in range(len(transfers)):
         members[root(t)].append(t)
-    chains = [sorted(c, key=lambda t: first[t]) for c in members.values()]
-    chains.sort(key=lambda c: first[c[0]])
-    return chains
+    # Transfers are numbered in half order, not time order: sort by message key.
+    chains = [sorted(c, key=message.__getitem__) for c in members.values()]
+    chains.sort(key=lambda c: message[c[0]])
+    return [[transfers[t] for t in c] for c in chains]
 
 
 def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]]], c: int

@@ -30,7 +30,10 @@ def fuse(program: Program) -> Program:
     if program.stage is not Stage.ASSIGNED:
         raise CollcError(f"msccl-fuse runs right after msccl-threadblocks (the program is {program.stage.value})")
     forwards: dict[int, list[int]] = defaultdict(list)  # receive half -> sends that forward it
-    for a, b in fusion_candidates(program.halves, program.preds):
+    candidates = program.candidates
+    if candidates is None:
+        candidates = fusion_candidates(program.halves, program.preds)
+    for a, b in candidates:
         forwards[a].append(b)
     sole = dict(program.sole_readers)
     gpus = tuple(replace(g, tbs=tuple(_fuse_tb(tb, program, forwards, sole) for tb in g.tbs)) for g in program.gpus)

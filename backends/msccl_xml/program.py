@@ -187,6 +187,9 @@ class Program:
     sole_readers: tuple[tuple[int, int], ...]
     gpus: tuple[LGpu, ...]
     stage: Stage = Stage.ASSIGNED
+    # (receive, send) fusion candidates (`channels.fusion_candidates`) where known, so
+    # that msccl-fuse need not find them again; None: not given.
+    candidates: tuple[tuple[int, int], ...] | None = None
 
     @property
     def nchannels(self) -> int:
