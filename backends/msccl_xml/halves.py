@@ -134,10 +134,14 @@ def _add_halves(out: list[Half], op: Op, pos: int, piece: int, count: int, insta
     out.append(Half(len(out), kind, b, a, src, dst, count, key(PHASE_RECV), op.id, instance))
 
 
-def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[tuple[int, Slot]]:
-    """Physical slots whose final value the postcondition names."""
-    need = set()
+def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[int]:
+    """Physical slots whose final value the postcondition names (as `_slot_code`s)."""
+    need: set[int] = set()
     for r, buf in enumerate(coll.outputs):
+        if not inplace and slot.instances == 1:  # the output slots themselves: no Loc or Slot to build
+            base = _slot_code(r, Slot(BufferName.OUTPUT, 0))
+            need.update(base + j for j, want in enumerate(buf) if want is not None)
+            continue
         for j, want in enumerate(buf):
             if want is None:
                 continue
@@ -145,7 +149,7 @@ def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[tupl
             if inplace:
                 loc = aliased(coll, loc)
             for inst in range(slot.instances):
-                need.add((r, slot(loc, inst)))
+                need.add(_slot_code(r, slot(loc, inst)))
     return need
 
 
@@ -156,12 +160,11 @@ def _slot_code(rank: int, slot: Slot) -> int:
     return ((rank * 3 + buffer) << 40) | slot.index
 
 
-def _slot_analysis(halves: list[Half], required: set[tuple[int, Slot]]
+def _slot_analysis(halves: list[Half], needed: set[int]
                    ) -> tuple[tuple[tuple[int, ...], ...], dict[int, int]]:
     """Per half, the earlier halves of its rank it conflicts with; and, for receive-reduce
     halves whose stored sum only one later half reads (and nobody needs at the end), that
-    reader."""
-    needed = {_slot_code(r, s) for r, s in required}
+    reader. `needed`: the codes of the slots the postcondition names."""
     writer: dict[int, int] = {}  # slot code -> last half that wrote it
     readers: dict[int, list[int]] = {}  # slot code -> halves that read it since
     preds: list[list[int]] = []
@@ -219,6 +222,6 @@ def _slot_analysis(halves: list[Half], required: set[tuple[int, Slot]]
         if len(per_slot) != halves[w].count or len(reader_sets) != 1:
             continue
         (only,) = reader_sets
-        if len(only) == 1 and all(overwritten or not needed for _, overwritten, needed in per_slot):
+        if len(only) == 1 and all(overwritten or not named for _, overwritten, named in per_slot):
             sole[w] = only[0]
     return tuple(map(tuple, preds)), sole
