@@ -136,7 +136,7 @@ def main() -> None:
         cwd = Path(tmp)
         rows.append(check_case(cwd, args.timeout))
         print(json.dumps(rows[-1]), flush=True)
-        for n in (int(x) for x in args.ranks.split(",")):
+        for n in (int(x) for x in args.ranks.split(",") if x):
             rows.append(ring_case(n, cwd, args.timeout))
             print(json.dumps(rows[-1]), flush=True)
         for nodes in (int(x) for x in args.dgx_nodes.split(",") if x):
