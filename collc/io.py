@@ -20,7 +20,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from collc.diagnostics import CollcError
 
@@ -182,7 +182,7 @@ def _make_parents(directory: Path, tx: _Transaction | None) -> None:
         tx.made_dirs.extend(reversed(missing))
 
 
-def _write_temp(path: Path, data: str | bytes, mode: int | None) -> Path:
+def _write_temp(path: Path, data: str | bytes | Iterable[str], mode: int | None) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=path.parent)
     except OSError as exc:
@@ -194,7 +194,11 @@ def _write_temp(path: Path, data: str | bytes, mode: int | None) -> Path:
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if isinstance(data, (str, bytes)):
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            else:  # pieces of text, written as they come (a large file need not be held whole)
+                for piece in data:
+                    f.write(piece.encode("utf-8"))
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -204,10 +208,11 @@ def _write_temp(path: Path, data: str | bytes, mode: int | None) -> Path:
     return Path(tmp)
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes, mode: int | None = None) -> Path:
-    """Write `data` to a temporary file beside `path`, then rename it into place (at the
-    end of the enclosing `all_or_nothing()` block, if there is one). `mode`: the file's
-    permission bits (default: what `open()` would give under the umask)."""
+def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[str], mode: int | None = None) -> Path:
+    """Write `data` (text, bytes, or pieces of text) to a temporary file beside `path`,
+    then rename it into place (at the end of the enclosing `all_or_nothing()` block, if
+    there is one). `mode`: the file's permission bits (default: what `open()` would give
+    under the umask)."""
     path = Path(path)
     check_target(path)
     tx = _ACTIVE.get()

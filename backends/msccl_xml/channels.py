@@ -87,19 +87,31 @@ def channel_counts(halves: tuple[Half, ...], instances: int, channels: int, max_
     return list(range(max(1, min(limit, -(-busiest // max(1, max_steps)))), limit + 1))
 
 
+class PlanCache:
+    """What does not depend on the channel count, found once for all the counts tried:
+    the chains, and the matchings of `_pair` (see `_matching`)."""
+
+    def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]):
+        self.chains = _chains(halves, candidates)
+        self.matchings: dict[tuple, list[tuple[int, int]]] = {}
+
+
 def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
-                      c: int, max_steps: int, candidates: Sequence[tuple[int, int]] | None = None
-                      ) -> TbPlan | None:
+                      c: int, max_steps: int, candidates: Sequence[tuple[int, int]] | None = None,
+                      cache: PlanCache | None = None) -> TbPlan | None:
     """Threadblocks for every rank with `c` channels per instance, or None when the
     per-channel limits cannot hold. `candidates`: the halves' fusion candidates, where
-    the caller has them (they do not depend on the channel count)."""
+    the caller has them (they do not depend on the channel count); `cache`: a PlanCache
+    of these halves and candidates, where the caller tries several counts."""
     if candidates is None:
         candidates = fusion_candidates(halves, preds)
-    base = _assign_channels(halves, _chains(halves, candidates), c)
+    if cache is None:
+        cache = PlanCache(halves, candidates)
+    base = _assign_channels(halves, cache.chains, c)
     if base is None:
         return None
     channel_of = {h.id: base[(h.key.position, h.key.piece)] + h.instance * c for h in halves if not h.is_local}
-    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps)
+    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps, cache.matchings)
     if per_rank is None:
         return None
     rank, steps, tb = _largest(per_rank, halves, candidates)
@@ -115,71 +127,127 @@ def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> 
     """Transfers of instance 0, as (position, piece), grouped into chains in time order.
 
     The chains are the connected components of the candidate links, found with a
-    union-find (linear; a networkx graph of 130,000 transfers took seconds)."""
-    first: dict[tuple[int, int], tuple] = {}
+    union-find over transfer numbers (linear; a networkx graph of 130,000 transfers took
+    seconds)."""
+    number: dict[tuple[int, int], int] = {}  # (position, piece) -> transfer number
+    transfers: list[tuple[int, int]] = []
+    message: list[tuple] = []
+    send = HalfKind.SEND
     for h in halves:
-        if h.kind is HalfKind.SEND and h.instance == 0:
-            first[(h.key.position, h.key.piece)] = h.key.message
-    parent: dict[tuple[int, int], tuple[int, int]] = {t: t for t in first}
+        if h.kind is send and h.instance == 0:
+            k = h.key
+            number[(k.position, k.piece)] = len(transfers)
+            transfers.append((k.position, k.piece))
+            message.append(k.message)
+    parent = list(range(len(transfers)))
 
-    def root(t: tuple[int, int]) -> tuple[int, int]:
+    def root(t: int) -> int:
         while parent[t] != t:
             parent[t] = parent[parent[t]]
             t = parent[t]
         return t
 
     for a, b in candidates:
-        ha, hb = halves[a], halves[b]
-        if ha.instance == 0:
-            ra, rb = root((ha.key.position, ha.key.piece)), root((hb.key.position, hb.key.piece))
+        ka, kb = halves[a].key, halves[b].key
+        if ka.instance == 0:
+            ra, rb = root(number[(ka.position, ka.piece)]), root(number[(kb.position, kb.piece)])
             if ra != rb:
                 parent[ra] = rb
-    members: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-    for t in first:
+    members: dict[int, list[int]] = defaultdict(list)
+    for t in range(len(transfers)):
         members[root(t)].append(t)
-    chains = [sorted(c, key=lambda t: first[t]) for c in members.values()]
-    chains.sort(key=lambda c: first[c[0]])
-    return chains
+    # Transfers are numbered in half order, not time order: sort by message key.
+    chains = [sorted(c, key=message.__getitem__) for c in members.values()]
+    chains.sort(key=lambda c: message[c[0]])
+    return [[transfers[t] for t in c] for c in chains]
 
 
 def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]]], c: int
                      ) -> dict[tuple[int, int], int] | None:
-    """Channel of every transfer (of instance 0), or None when the peer limits cannot hold."""
+    """Channel of every transfer (of instance 0), or None when the peer limits cannot hold.
+
+    Each chain goes to the channel where its busiest connection would carry the fewest
+    messages (the lowest channel on a tie) among those that keep every rank within
+    MAX_TBS_PER_CHANNEL send and receive peers. A chain that fits no channel whole (in
+    a large cluster one chunk's chain can fan out from a rank to more peers than a
+    channel holds) is placed one connection at a time, by the same rule: its forwards
+    across two channels then do not fuse, which costs steps, not correctness."""
     conn_of: dict[tuple[int, int], tuple[int, int]] = {}
     for h in halves:
         if h.kind is HalfKind.SEND and h.instance == 0:
             conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
-    load: Counter = Counter()
-    send_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
-    recv_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
+    table = _ChannelTable(c)
     channel: dict[tuple[int, int], int] = {}
     for chain in chains:
-        uses = Counter(conn_of[t] for t in chain)
-        best: tuple[int, int] | None = None
-        for ch in range(c):
-            if not all(_room(send_peers[(a, ch)], b) and _room(recv_peers[(b, ch)], a) for a, b in uses):
-                continue
-            cost = max(load[(a, b, ch)] + n for (a, b), n in uses.items())
-            if best is None or cost < best[0]:
-                best = (cost, ch)
-        if best is None:
+        uses = list(Counter(conn_of[t] for t in chain).items())
+        best = table.best(uses)
+        if best >= 0:
+            table.add(uses, best)
+            for t in chain:
+                channel[t] = best
+            continue
+        if len(uses) == 1:
             return None
-        ch = best[1]
-        for (a, b), n in uses.items():
-            load[(a, b, ch)] += n
-            send_peers[(a, ch)].add(b)
-            recv_peers[(b, ch)].add(a)
-        for t in chain:
-            channel[t] = ch
+        for use in uses:
+            best = table.best([use])
+            if best < 0:
+                return None
+            table.add([use], best)
+            for t in chain:
+                if conn_of[t] == use[0]:
+                    channel[t] = best
     return channel
 
 
-def _room(peers: set[int], peer: int) -> bool:
-    return peer in peers or len(peers) < MAX_TBS_PER_CHANNEL
+class _ChannelTable:
+    """Per channel: messages per connection, and each rank's send and receive peers."""
+
+    def __init__(self, c: int):
+        self.load: list[dict[tuple[int, int], int]] = [{} for _ in range(c)]
+        self.send_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
+        self.recv_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
+
+    def best(self, uses: list[tuple[tuple[int, int], int]]) -> int:
+        """The channel for connections `uses` ((sender, receiver), messages), -1 if none has room."""
+        limit = MAX_TBS_PER_CHANNEL
+        # The chain's own peers count too: it may add several to one rank.
+        to: dict[int, list[int]] = {}
+        came: dict[int, list[int]] = {}
+        for (a, b), _ in uses:
+            to.setdefault(a, []).append(b)
+            came.setdefault(b, []).append(a)
+        best_cost, best = -1, -1
+        for ch, (sends, recvs, loads) in enumerate(zip(self.send_peers, self.recv_peers, self.load)):
+            if not (_fits(sends, to, limit) and _fits(recvs, came, limit)):
+                continue
+            cost = max(loads.get(conn, 0) + n for conn, n in uses)
+            if best < 0 or cost < best_cost:
+                best_cost, best = cost, ch
+        return best
+
+    def add(self, uses: list[tuple[tuple[int, int], int]], ch: int) -> None:
+        sends, recvs, loads = self.send_peers[ch], self.recv_peers[ch], self.load[ch]
+        for (a, b), n in uses:
+            loads[(a, b)] = loads.get((a, b), 0) + n
+            sends.setdefault(a, set()).add(b)
+            recvs.setdefault(b, set()).add(a)
+
+
+def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> bool:
+    """Whether every rank keeps within `limit` peers once it also has those of `new`."""
+    for rank, more in new.items():
+        have = peers.get(rank)
+        if have is None:
+            if len(more) > limit:
+                return False
+        elif len(have) + len(more) > limit and len(have) + sum(1 for p in more if p not in have) > limit:
+            return False
+    return True
 
 
 def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
-           channel_of: dict[int, int], ranks: int, c: int, max_steps: int) -> list[list[_Tb]] | None:
+           channel_of: dict[int, int], ranks: int, c: int, max_steps: int,
+           matchings: dict[tuple, list[tuple[int, int]]]) -> list[list[_Tb]] | None:
     sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rank, peer, chan) -> halves
     recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)
     for h in halves:
@@ -190,7 +258,9 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
     weight: dict[tuple[int, int], Counter] = defaultdict(Counter)  # (rank, chan) -> (recv peer, send peer)
     for a, b in candidates:
         ha, hb = halves[a], halves[b]
-        weight[(ha.rank, channel_of[a])][(ha.peer, hb.peer)] += 1
+        ch = channel_of[a]
+        if channel_of[b] == ch:  # a chain split over channels (see _assign_channels) cannot fuse there
+            weight[(ha.rank, ch)][(ha.peer, hb.peer)] += 1
 
     groups: dict[tuple[int, int], tuple[set[int], set[int]]] = defaultdict(lambda: (set(), set()))
     for rank, peer, ch in sends:
@@ -200,7 +270,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
 
     per_rank: list[list[_Tb]] = [[] for _ in range(ranks)]
     for (rank, ch), (send_peers, recv_peers) in sorted(groups.items()):
-        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)])
+        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], matchings)
         if pairs is None:
             return None
         for q, p in pairs:
@@ -221,16 +291,10 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
     return per_rank
 
 
-def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter) -> list[tuple[int, int]] | None:
+def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter,
+          matchings: dict[tuple, list[tuple[int, int]]] | None = None) -> list[tuple[int, int]] | None:
     """(send peer, recv peer) of each threadblock of one rank and channel (-1: none)."""
-    g = nx.Graph()
-    for (p, q), w in weight.items():
-        g.add_edge(("r", p), ("s", q), weight=w)
-    matched = nx.max_weight_matching(g) if g.number_of_edges() else set()
-    pairs = []
-    for u, v in matched:
-        (_, p), (_, q) = (u, v) if u[0] == "r" else (v, u)
-        pairs.append((q, p))
+    pairs = _matching(weight, {} if matchings is None else matchings)
     lone_sends = sorted(send_peers - {q for q, _ in pairs})
     lone_recvs = sorted(recv_peers - {p for _, p in pairs})
     # Unrelated connections share a threadblock only when the channel would otherwise
@@ -241,6 +305,37 @@ def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter) -> list[t
     if len(pairs) > MAX_TBS_PER_CHANNEL:
         return None
     return sorted(pairs)
+
+
+def _matching(weight: Counter, known: dict[tuple, list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """(send peer, recv peer) pairs of a maximum-weight matching between receive peers
+    and send peers, `weight` counting the fusion candidates of each (recv, send) pair.
+
+    networkx's blossom algorithm visits vertices and edges in insertion order only, so
+    its answer depends on the shape of the graph, not on the peers' numbers: the graph
+    is built on vertices numbered in order of first appearance, and the matching of each
+    shape is computed once (the ranks of a cluster of identical nodes repeat a few
+    shapes: 20 for the 320 rank-and-channel graphs of dgx_h100(nodes=8)). The blossom
+    algorithm costs milliseconds per graph, most of the threadblock planning."""
+    number: dict[tuple[str, int], int] = {}
+    edges = []
+    for (p, q), w in weight.items():
+        u = number.setdefault(("r", p), len(number))
+        v = number.setdefault(("s", q), len(number))
+        edges.append((u, v, w))
+    shape = tuple(edges)
+    matched = known.get(shape)
+    if matched is None:
+        g = nx.Graph()
+        g.add_weighted_edges_from(edges)
+        matched = [(u, v) for u, v in nx.max_weight_matching(g)] if edges else []
+        known[shape] = matched
+    vertex = list(number)
+    pairs = []
+    for u, v in matched:
+        (_, p), (_, q) = (vertex[u], vertex[v]) if vertex[u][0] == "r" else (vertex[v], vertex[u])
+        pairs.append((q, p))
+    return pairs
 
 
 def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], per_rank: list[list[_Tb]],
@@ -257,6 +352,14 @@ def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], 
                 # On the instance's channel with the fewest threadblocks of this rank.
                 used = Counter(tb.chan for tb in per_rank[h.rank])
                 chan = min(range(h.instance * c, (h.instance + 1) * c), key=lambda ch: (used[ch], ch))
+                if used[chan] >= MAX_TBS_PER_CHANNEL:
+                    # Every channel is full: the op joins the shortest threadblock of the
+                    # instance (it waits for nothing, so any threadblock can run it).
+                    tb = min((t for t in per_rank[h.rank] if h.instance * c <= t.chan < (h.instance + 1) * c),
+                             key=lambda t: len(t.halves))
+                    tb.halves.append(h.id)
+                    where[h.id] = tb
+                    continue
                 mine.append(_Tb(-1, -1, chan))
                 per_rank[h.rank].append(mine[-1])
             tb = mine[-1]

@@ -53,6 +53,7 @@ def order_steps(program: Program) -> Program:
 
 def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
     halves, preds = program.halves, program.preds
+    ntbs = len(gpu.tbs)
     owner: dict[int, tuple[int, int]] = {}
     place: dict[tuple[int, int], HalfKey] = {}
     for t, tb in enumerate(gpu.tbs):
@@ -61,12 +62,14 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
                 owner[h] = (t, i)
             place[(t, i)] = halves[step.halves[0]].key
 
-    # What is known complete once a step is done: threadblock -> last step index.
-    known_after: dict[tuple[int, int], dict[int, int]] = {}
+    # What is known complete once a step is done: per threadblock, its last step known
+    # done (-1: none). A list per step, so that copying and merging run in C.
+    known_after: dict[tuple[int, int], list[int]] = {}
     waits: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    nothing = [-1] * ntbs
     for here in sorted(place, key=place.__getitem__):
         t, i = here
-        known = dict(known_after[(t, i - 1)]) if i > 0 else {}
+        known = (known_after[(t, i - 1)] if i > 0 else nothing)[:]
         needed: dict[int, int] = {}
         for h in gpu.tbs[t].steps[i].halves:
             for p in preds[h]:
@@ -75,20 +78,21 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
                     if pi > i:
                         raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for its own later step {pi}")
                     continue
-                needed[pt] = max(needed.get(pt, -1), pi)
+                if needed.get(pt, -1) < pi:
+                    needed[pt] = pi
         mine: list[tuple[int, int]] = []
-        for target in sorted(needed.items(), key=lambda ti: place[ti], reverse=True):
-            if known.get(target[0], -1) >= target[1]:
-                continue
-            if place[target] >= place[here]:
-                raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for a later step")
-            mine.append(target)
-            for tb_id, idx in known_after[target].items():
-                if known.get(tb_id, -1) < idx:
-                    known[tb_id] = idx
+        if needed:
+            for target in sorted(needed.items(), key=lambda ti: place[ti], reverse=True):
+                if known[target[0]] >= target[1]:
+                    continue
+                if place[target] >= place[here]:
+                    raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for a later step")
+                mine.append(target)
+                known = list(map(max, known, known_after[target]))
+            mine.sort()
         known[t] = i
         known_after[here] = known
-        waits[here] = sorted(mine)
+        waits[here] = mine
 
     # Number the steps (nops included), then write the waits with those numbers.
     number: dict[tuple[int, int], int] = {}

@@ -30,7 +30,10 @@ def fuse(program: Program) -> Program:
     if program.stage is not Stage.ASSIGNED:
         raise CollcError(f"msccl-fuse runs right after msccl-threadblocks (the program is {program.stage.value})")
     forwards: dict[int, list[int]] = defaultdict(list)  # receive half -> sends that forward it
-    for a, b in fusion_candidates(program.halves, program.preds):
+    candidates = program.candidates
+    if candidates is None:
+        candidates = fusion_candidates(program.halves, program.preds)
+    for a, b in candidates:
         forwards[a].append(b)
     sole = dict(program.sole_readers)
     gpus = tuple(replace(g, tbs=tuple(_fuse_tb(tb, program, forwards, sole) for tb in g.tbs)) for g in program.gpus)
@@ -48,14 +51,20 @@ def _fuse_tb(tb: LThreadblock, program: Program, forwards: dict[int, list[int]],
     partner: dict[int, int] = {}  # receive -> fused send
     fused_sends: set[int] = set()
     for a in order:
-        if not halves[a].kind.receives:
+        ha = halves[a]
+        if not ha.kind.receives:
             continue
-        for b in sorted(forwards.get(a, ()), key=lambda h: halves[h].key):
-            if b in in_tb and b not in fused_sends and _may_fuse(halves[a], halves[b], send_places, program):
+        sends = forwards.get(a)
+        if not sends:
+            continue
+        if len(sends) > 1:
+            sends = sorted(sends, key=lambda h: halves[h].key)
+        for b in sends:
+            if b in in_tb and b not in fused_sends and _may_fuse(ha, halves[b], send_places, program):
                 partner[a] = b
                 fused_sends.add(b)
                 send_places.remove(halves[b].key)
-                bisect.insort(send_places, halves[a].key)
+                bisect.insort(send_places, ha.key)
                 break
     steps = []
     for h in order:

@@ -134,10 +134,14 @@ def _add_halves(out: list[Half], op: Op, pos: int, piece: int, count: int, insta
     out.append(Half(len(out), kind, b, a, src, dst, count, key(PHASE_RECV), op.id, instance))
 
 
-def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[tuple[int, Slot]]:
-    """Physical slots whose final value the postcondition names."""
-    need = set()
+def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[int]:
+    """Physical slots whose final value the postcondition names (as `_slot_code`s)."""
+    need: set[int] = set()
     for r, buf in enumerate(coll.outputs):
+        if not inplace and slot.instances == 1:  # the output slots themselves: no Loc or Slot to build
+            base = _slot_code(r, Slot(BufferName.OUTPUT, 0))
+            need.update(base + j for j, want in enumerate(buf) if want is not None)
+            continue
         for j, want in enumerate(buf):
             if want is None:
                 continue
@@ -145,32 +149,48 @@ def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[tupl
             if inplace:
                 loc = aliased(coll, loc)
             for inst in range(slot.instances):
-                need.add((r, slot(loc, inst)))
+                need.add(_slot_code(r, slot(loc, inst)))
     return need
 
 
-def _slot_analysis(halves: list[Half], required: set[tuple[int, Slot]]
+def _slot_code(rank: int, slot: Slot) -> int:
+    """A slot of a rank as one integer (cheap to hash: an enum's hash runs Python code)."""
+    b = slot.buffer
+    buffer = 0 if b is BufferName.INPUT else 1 if b is BufferName.OUTPUT else 2
+    return ((rank * 3 + buffer) << 40) | slot.index
+
+
+def _slot_analysis(halves: list[Half], needed: set[int]
                    ) -> tuple[tuple[tuple[int, ...], ...], dict[int, int]]:
     """Per half, the earlier halves of its rank it conflicts with; and, for receive-reduce
     halves whose stored sum only one later half reads (and nobody needs at the end), that
-    reader."""
-    writer: dict[tuple[int, Slot], int] = {}
-    readers: dict[tuple[int, Slot], list[int]] = {}
-    preds: list[list[int]] = [[] for _ in halves]
+    reader. `needed`: the codes of the slots the postcondition names."""
+    writer: dict[int, int] = {}  # slot code -> last half that wrote it
+    readers: dict[int, list[int]] = {}  # slot code -> halves that read it since
+    preds: list[list[int]] = []
     # For each (receive-reduce writer, slot): who read the value it wrote, and whether a
     # later write made it dead.
     uses: dict[int, list[tuple[list[int], bool, bool]]] = {}
-
-    def close(w: int, where: tuple[int, Slot], overwritten: bool) -> None:
-        if halves[w].kind is HalfKind.RECV_REDUCE:
-            uses.setdefault(w, []).append((readers.get(where, []), overwritten, where in required))
+    recv_reduce = HalfKind.RECV_REDUCE
+    kinds = [h.kind for h in halves]
 
     writer_of, readers_of = writer.get, readers.get  # bound once: this loop runs per slot access
     for h in halves:
-        hid, rank = h.id, h.rank
-        mine = preds[hid]
-        for s in h.reads():
-            where = (rank, s)
+        hid, kind, count = h.id, h.kind, h.count
+        mine: list[int] = []
+        preds.append(mine)
+        # The slots it reads and writes (see Half.reads and Half.writes), as codes.
+        src = _slot_code(h.rank, h.src)
+        dst = _slot_code(h.rank, h.dst)
+        if kind is HalfKind.SEND or kind is HalfKind.COPY:
+            reads, writes = range(src, src + count), () if kind is HalfKind.SEND else range(dst, dst + count)
+        elif kind is HalfKind.REDUCE:
+            reads, writes = [*range(src, src + count), *range(dst, dst + count)], range(dst, dst + count)
+        elif kind is recv_reduce:
+            reads = writes = range(dst, dst + count)
+        else:
+            reads, writes = (), range(dst, dst + count)
+        for where in reads:
             w = writer_of(where)
             if w is not None and w != hid and w not in mine:
                 mine.append(w)
@@ -179,20 +199,22 @@ def _slot_analysis(halves: list[Half], required: set[tuple[int, Slot]]
                 readers[where] = [hid]
             else:
                 seen.append(hid)
-        for s in h.writes():
-            where = (rank, s)
+        for where in writes:
             w = writer_of(where)
             if w is not None and w != hid and w not in mine:
                 mine.append(w)
-            for r in readers_of(where, ()):
-                if r != hid and r not in mine:
-                    mine.append(r)
-            if w is not None:
-                close(w, where, overwritten=True)
+            seen = readers_of(where)
+            if seen:
+                for r in seen:
+                    if r != hid and r not in mine:
+                        mine.append(r)
+            if w is not None and kinds[w] is recv_reduce:
+                uses.setdefault(w, []).append((seen or [], True, where in needed))
             writer[where] = hid
             readers[where] = []
     for where, w in writer.items():
-        close(w, where, overwritten=False)
+        if kinds[w] is recv_reduce:
+            uses.setdefault(w, []).append((readers_of(where) or [], False, where in needed))
 
     sole: dict[int, int] = {}
     for w, per_slot in uses.items():
@@ -200,6 +222,6 @@ def _slot_analysis(halves: list[Half], required: set[tuple[int, Slot]]
         if len(per_slot) != halves[w].count or len(reader_sets) != 1:
             continue
         (only,) = reader_sets
-        if len(only) == 1 and all(overwritten or not needed for _, overwritten, needed in per_slot):
+        if len(only) == 1 and all(overwritten or not named for _, overwritten, named in per_slot):
             sole[w] = only[0]
-    return tuple(tuple(p) for p in preds), sole
+    return tuple(map(tuple, preds)), sole

@@ -34,16 +34,19 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
         groups[(op.step, op.kind, op.src.rank, op.src.buffer, op.dst.rank, op.dst.buffer, op.route)].append(op)
 
     runs: list[list[Op]] = []
+    totals: list[int] = []  # chunks of each run
     for members in groups.values():
-        members.sort(key=lambda op: op.src.index)
+        if len(members) > 1:
+            members.sort(key=lambda op: op.src.index)
         start = len(runs)
         for op in members:
-            run = runs[-1] if len(runs) > start else None
-            if run is not None and _continues(run[-1], op) and sum(o.count for o in run) + op.count <= max_count:
-                run.append(op)
+            if len(runs) > start and _continues(runs[-1][-1], op) and totals[-1] + op.count <= max_count:
+                runs[-1].append(op)
+                totals[-1] += op.count
             else:
                 runs.append([op])
-    if all(len(run) == 1 and run[0].count <= max_count for run in runs):
+                totals.append(op.count)
+    if len(runs) == len(schedule.ops) and max(totals, default=0) <= max_count:
         return schedule
 
     # First every run's new ids, so that each new op is built once, with its deps already
@@ -51,8 +54,7 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
     next_id = 1 + max(op.id for op in schedule.ops)
     replacement: dict[int, tuple[int, ...]] = {}  # old op id -> the ops that now do its work
     run_ids: list[list[int]] = []
-    for run in runs:
-        total = sum(o.count for o in run)
+    for run, total in zip(runs, totals):
         ids = [run[0].id]
         for _ in range(max_count, total, max_count):
             ids.append(next_id)
@@ -61,20 +63,23 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
         for o in run:
             replacement[o.id] = tuple(ids)
     placed: list[tuple[int, int, int, Op]] = []  # (step, position, piece, op)
-    for run, ids in zip(runs, run_ids):
-        first, total = run[0], sum(o.count for o in run)
-        pos = min(position[o.id] for o in run)
-        deps: list[int] = []
-        for d in sorted({d for o in run for d in o.deps}):
-            for x in replacement[d]:
-                if x not in deps:
-                    deps.append(x)
+    for run, ids, total in zip(runs, run_ids, totals):
+        first = run[0]
+        if len(run) == 1:  # most runs: no set to build
+            pos, old = position[first.id], first.deps
+            if len(old) > 1:
+                old = sorted(set(old))
+        else:
+            pos = min(position[o.id] for o in run)
+            old = sorted({d for o in run for d in o.deps})
+        # The new ids of the old deps, in order, each once (dict keys keep their order).
+        deps = tuple(dict.fromkeys(x for d in old for x in replacement[d]))
         for piece, offset in enumerate(range(0, total, max_count)):
             # Op(...) rather than dataclasses.replace: this runs once per op (~10x faster).
             placed.append((first.step, pos, piece, Op(
                 ids[piece], first.kind, first.src.shifted(offset) if offset else first.src,
                 first.dst.shifted(offset) if offset else first.dst,
-                min(max_count, total - offset), tuple(deps), first.step, first.route, first.origin)))
+                min(max_count, total - offset), deps, first.step, first.route, first.origin)))
     ops = [op for _, _, _, op in sorted(placed, key=lambda t: t[:3])]
     return replace(schedule, ops=tuple(ops))
 

@@ -86,7 +86,7 @@ class HalfKey(NamedTuple):
         return (self.step, self.fresh, self.origin, self.position, self.piece, self.instance)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per op end: no per-object dict
 class Half:
     id: int
     kind: HalfKind
@@ -132,7 +132,7 @@ def _range(slot: Slot, count: int) -> list[Slot]:
     return [Slot(slot.buffer, slot.index + k) for k in range(count)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LStep:
     """A step of a threadblock: one half, a receive fused with a send (receive first),
     or a `nop` (no halves) that only waits."""
@@ -145,7 +145,7 @@ class LStep:
     hasdep: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LThreadblock:
     id: int
     send: int
@@ -187,6 +187,9 @@ class Program:
     sole_readers: tuple[tuple[int, int], ...]
     gpus: tuple[LGpu, ...]
     stage: Stage = Stage.ASSIGNED
+    # (receive, send) fusion candidates (`channels.fusion_candidates`) where known, so
+    # that msccl-fuse need not find them again; None: not given.
+    candidates: tuple[tuple[int, int], ...] | None = None
 
     @property
     def nchannels(self) -> int:

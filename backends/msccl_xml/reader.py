@@ -160,6 +160,14 @@ class _Reader:
     def integer(self, element: _Element, name: str, *, minimum: int | None = None,
                 limit_name: str | None = None) -> int:
         raw = self.text(element, name)
+        if raw.isascii() and raw.isdigit() and len(raw) <= MAX_DIGITS and (raw[0] != "0" or len(raw) == 1):
+            # The common case (a plain decimal, checked here without a regex: a file holds
+            # hundreds of thousands of them); the bounds below still apply.
+            value = int(raw)
+            if (minimum is None or value >= minimum) and (limit_name is None or value <= int_limit(limit_name)):
+                return value
+        elif raw == "-1" and (minimum is None or minimum <= -1) and limit_name is None:
+            return -1
         stripped = raw.strip()
         shown = raw if len(raw) <= 24 else raw[:20] + "..."  # an attribute may be megabytes long
         if not _INT.fullmatch(stripped):

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL, channel_counts, check_counts, plan_threadblocks
+from collc.backends.msccl_xml.channels import (
+    MAX_TBS_PER_CHANNEL, PlanCache, channel_counts, check_counts, plan_threadblocks,
+)
 from collc.backends.msccl_xml.dependencies import order_steps
 from collc.backends.msccl_xml.fuse import fuse
 from collc.backends.msccl_xml.halves import split_schedule
@@ -44,9 +46,10 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     tries = channel_counts(split.halves, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
+    cache = PlanCache(split.halves, split.candidates)
     for c in tries:
         plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps,
-                                 split.candidates)
+                                 split.candidates, cache)
         if plan is None:
             continue
         if sms:
@@ -59,12 +62,18 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             if best is None or plan.least_steps < best[0]:
                 best = (plan.least_steps, plan.longest)
             continue
-        halves = tuple(h.placed(channel=plan.channel_of.get(h.id, 0)) for h in split.halves)
+        # The halves are this function's own (split_schedule made them), so each gets its
+        # channel in place rather than as a copy; every attempt sets all of them.
+        channel_of = plan.channel_of
+        for h in split.halves:
+            object.__setattr__(h, "channel", channel_of.get(h.id, 0))
+        halves = split.halves
         program = Program(
             name=schedule.name, collective=coll, coll=token, ngpus=coll.ranks,
             nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
             halves=halves, preds=split.preds, sole_readers=tuple(sorted(split.sole_readers.items())),
-            gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED)
+            gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED,
+            candidates=split.candidates)
         # Fusing and dependencies decide the final length of each threadblock; both are
         # deterministic, so the passes that follow reproduce exactly what is measured here.
         steps, where = _longest(order_steps(fuse(program)))

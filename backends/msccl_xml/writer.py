@@ -9,10 +9,10 @@ name first), indentation by two spaces per level, and empty elements closed as `
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from collc.backends.msccl_xml.model import XmlAlgo, XmlStep
+from collc.backends.msccl_xml.model import XmlAlgo, XmlGpu, XmlStep
 from collc.diagnostics import CollcError
 from collc.io import atomic_write
 
@@ -60,34 +60,44 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def algo_xml_parts(algo: XmlAlgo) -> Iterator[str]:
+    """The program's text in pieces, one per `<gpu>` (and the `<algo>` lines), so that a
+    1,024-GPU program (about 250 MiB of text) is written without being held whole."""
+    if not algo.gpus:
+        yield f"<algo {_attrs(algo_header(algo))}/>\n"
+        return
+    yield f"<algo {_attrs(algo_header(algo))}>\n"
+    for gpu in algo.gpus:
+        yield _gpu_text(gpu)
+    yield "</algo>\n"
+
+
+def _gpu_text(gpu: XmlGpu) -> str:
+    head = f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" s_chunks="{gpu.s_chunks}"'
+    if not gpu.tbs:
+        return head + "/>\n"
+    lines = [head + ">"]
+    for tb in gpu.tbs:
+        tb_head = f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}"'
+        if not tb.steps:
+            lines.append(tb_head + "/>")
+            continue
+        lines.append(tb_head + ">")
+        lines.extend(map(_step_line, tb.steps))
+        lines.append("    </tb>")
+    lines.append("  </gpu>\n")
+    return "\n".join(lines)
+
+
 def algo_to_xml(algo: XmlAlgo) -> str:
     """The program as text, written line by line (a 256-GPU program has over 100,000
     steps; building an element tree first took several times as long)."""
-    lines = [f"<algo {_attrs(algo_header(algo))}>" if algo.gpus else f"<algo {_attrs(algo_header(algo))}/>"]
-    for gpu in algo.gpus:
-        head = (f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
-                f's_chunks="{gpu.s_chunks}"')
-        if not gpu.tbs:
-            lines.append(head + "/>")
-            continue
-        lines.append(head + ">")
-        for tb in gpu.tbs:
-            tb_head = f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}"'
-            if not tb.steps:
-                lines.append(tb_head + "/>")
-                continue
-            lines.append(tb_head + ">")
-            lines.extend(_step_line(step) for step in tb.steps)
-            lines.append("    </tb>")
-        lines.append("  </gpu>")
-    if algo.gpus:
-        lines.append("</algo>")
-    return "\n".join(lines) + "\n"
+    return "".join(algo_xml_parts(algo))
 
 
 def write_algo(algo: XmlAlgo, path: str | Path) -> Path:
-    """Write one program atomically; returns the path."""
-    return atomic_write(path, algo_to_xml(algo))
+    """Write one program atomically, a `<gpu>` at a time; returns the path."""
+    return atomic_write(path, algo_xml_parts(algo))
 
 
 # --- a library of size bands ---------------------------------------------------------------
