@@ -98,7 +98,7 @@ def _auto(network: Network, collective: Collective, size_bytes: int, options: Sy
     # Steady state first: its LP is quick, and for large messages nothing beats it.
     try:
         share = deadline.share(STEADY_SHARE)
-        found.append(_best_steady(network, collective, size_bytes, options, share, progress, choices, bound))
+        found.append(_best_steady(network, collective, size_bytes, options, share, progress, choices, bound, base))
     except (NotApplicable, SolverError):
         pass  # the time-expanded methods below still answer
     if found and found[0].estimate_s <= bound * (1 + NEAR_BOUND):
@@ -136,7 +136,7 @@ def _time_expanded_method(problem: Problem, grid: EpochGrid, per_epoch: int) -> 
 
 def _best_steady(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
                  deadline: Deadline, progress: Progress, choices: list[int] | None,
-                 bound: float | None = None) -> Candidate:
+                 bound: float | None = None, base: Problem | None = None) -> Candidate:
     """Steady-state rates, one pipelined schedule at the chunk count whose predicted fill
     is small (FIRST_TARGET), then improvement steps while the schedule is further than
     the tolerance from the lower bound and the last step gained at least MIN_GAIN.
@@ -146,7 +146,8 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
     from collc.synthesis.steady import SPREADS, pipeline_fill, solve_rates
 
     base_chunks = choices[0] if choices else collective.chunks
-    base = problem_for(network, collective, size_bytes, base_chunks)
+    if base is None or base.collective.chunks != base_chunks:
+        base = problem_for(network, collective, size_bytes, base_chunks)
     per_chunk = max(1, base.deliveries) / base_chunks
     counts = [base_chunks] if choices else _doublings(base_chunks, per_chunk, base.slot_bytes, options.max_ops)
     if bound is None:

@@ -10,14 +10,15 @@ A rank that would receive a chunk twice keeps the first arrival only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import NamedTuple
 
 from collc.diagnostics import SolverError
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.synthesis.plan import Plan
 
 
-@dataclass
-class _Held:
+class _Held(NamedTuple):
     loc: Loc
     op: int | None  # the op that put it there (None: it was there from the start)
     step: int  # the step of that op (-1: from the start)
@@ -27,6 +28,10 @@ class _Held:
 class OpList:
     ops: tuple[Op, ...]
     scratch: tuple[int, ...]
+
+
+_TRANSFER_ORDER = attrgetter("step", "commodity", "route")
+_OP_ORDER = attrgetter("step", "id")
 
 
 def copy_ops(plan: Plan) -> OpList:
@@ -46,8 +51,11 @@ def copy_ops(plan: Plan) -> OpList:
         for loc in c.targets:
             targets_at[k].setdefault(loc.rank, loc)
 
-    for t in sorted(plan.transfers, key=lambda t: (t.step, t.commodity, t.route)):
-        route = net.routes[t.route]
+    make = Op.make
+    copy = OpKind.COPY
+    routes = net.routes
+    for t in sorted(plan.transfers, key=_TRANSFER_ORDER):
+        route = routes[t.route]
         h = held[t.commodity]
         src = h.get(route.src)
         if src is None or src.step >= t.step:
@@ -59,10 +67,10 @@ def copy_ops(plan: Plan) -> OpList:
         if dst is None:
             dst = Loc(route.dst, Buffer.SCRATCH, scratch[route.dst])
             scratch[route.dst] += 1
-        op = Op(len(ops), OpKind.COPY, src.loc, dst, deps=() if src.op is None else (src.op,),
-                step=t.step, route=route.nodes)
-        ops.append(op)
-        h[route.dst] = _Held(dst, op.id, t.step)
+        op_id = len(ops)
+        ops.append(make(op_id, copy, src.loc, dst, 1, () if src.op is None else (src.op,), t.step, route.nodes,
+                        None))
+        h[route.dst] = _Held(dst, op_id, t.step)
 
     for k, c in enumerate(problem.commodities):
         h = held[k]
@@ -72,9 +80,9 @@ def copy_ops(plan: Plan) -> OpList:
                 raise SolverError(f"the {plan.method} plan leaves {loc} without {c.chunk}")
             if have.loc == loc:
                 continue
-            ops.append(Op(len(ops), OpKind.COPY, have.loc, loc, deps=() if have.op is None else (have.op,),
-                          step=have.step + 1))
-    ops.sort(key=lambda o: (o.step, o.id))
+            ops.append(make(len(ops), copy, have.loc, loc, 1, () if have.op is None else (have.op,),
+                            have.step + 1, (), None))
+    ops.sort(key=_OP_ORDER)
     return OpList(tuple(ops), tuple(scratch) if any(scratch) else ())
 
 

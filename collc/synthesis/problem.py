@@ -90,16 +90,19 @@ def build_problem(collective: Collective, network: Network, size_bytes: int) -> 
 def check_reachable(problem: Problem) -> None:
     """Raise SolverError naming GPUs that cannot reach each other, before any solve."""
     net = problem.network
+    # Many chunks share their holders and destinations (a refined collective has
+    # thousands): each pattern is checked once.
+    shapes = sorted({(c.holders, c.demand) for c in problem.commodities})
     need: set[tuple[int, int]] = set()
-    for c in problem.commodities:
-        for d in c.demand:
-            need.update((h, d) for h in c.holders)
+    for holders, demand in shapes:
+        for d in demand:
+            need.update((h, d) for h in holders)
     bad = set(net.unreachable(sorted(need)))
     stuck = []
-    for c in problem.commodities:
-        for d in c.demand:
-            if all((h, d) in bad for h in c.holders):
-                stuck.append((c.holders[0], d))
+    for c_holders, demand in shapes:
+        for d in demand:
+            if all((h, d) in bad for h in c_holders):
+                stuck.append((c_holders[0], d))
     if stuck:
         stuck = sorted(set(stuck))
         a, b = stuck[0]

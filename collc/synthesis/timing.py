@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
 
@@ -152,9 +152,15 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
     eps = 1e-15
     # Work each link still has to do: the links with most left are fed first.
     remaining = [0.0] * len(network.links)
+    # A link that only single-link transfers use: its best queued transfer is the only
+    # one the dispatch could start on it, so it need not scan the queue.
+    single = [True] * len(network.links)
     for c in costs:
         for l, hold in zip(c.links, c.holds):
             remaining[l] += hold
+        if len(c.links) >= 2:
+            for l in c.links:
+                single[l] = False
 
     def begin(i: int, t: float) -> None:
         started[i] = True
@@ -195,7 +201,7 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
                 touched.add(x)
         for i in sorted(local):
             begin(i, t)
-        for i in _dispatch(t, touched, queue, costs, link_free, remaining):
+        for i in _dispatch(t, touched, queue, costs, link_free, remaining, single):
             begin(i, t)
     if len(order) != n:
         raise RuntimeError("ops form a dependency cycle")
@@ -203,7 +209,7 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
 
 
 def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], costs: list[OpCost],
-              link_free: list[float], remaining: list[float]) -> list[int]:
+              link_free: list[float], remaining: list[float], single: list[bool]) -> list[int]:
     """Ops to start at t: a set using every free link at most once. Transfers over one
     link are taken greedily by priority; those through switches (a first link into the
     fabric, a last link out of it: a crossbar) by a maximum bipartite matching, so that
@@ -214,6 +220,12 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], c
         if link_free[l] > limit:
             continue
         q = queue[l]
+        if single[l]:
+            # Only transfers over this link alone queue here: the first is startable
+            # and the greedy pass below would take it and reject the rest.
+            if q:
+                cands[q[0][1]] = q[0]
+            continue
         found = 0
         for k in range(min(len(q), SCAN_DEPTH)):
             key = q[k]
@@ -288,17 +300,30 @@ def _assign_steps(ops: Sequence[Op], order: list[int], start: list[float],
     link_last: dict[int, int] = {}
     out: list[Op] = []
     end = 0.0
+    make = Op.make
     for k, i in enumerate(order):
         op, c = ops[i], costs[i]
         step = int(start[i] / quantum + 1e-9)
-        for d in op.deps:
-            step = max(step, step_of[d] + 1)
-        for l in c.links:
-            step = max(step, link_last.get(l, 0))
-        for l in c.links:
+        deps = op.deps
+        for d in deps:
+            s = step_of[d] + 1
+            if s > step:
+                step = s
+        links = c.links
+        for l in links:
+            s = link_last.get(l, 0)
+            if s > step:
+                step = s
+        for l in links:
             link_last[l] = step
         step_of[op.id] = step
         new_id[op.id] = k
-        out.append(replace(op, id=k, deps=tuple(sorted(new_id[d] for d in op.deps)), step=step))
-        end = max(end, start[i] + c.duration)
+        if len(deps) == 1:
+            deps = (new_id[deps[0]],)
+        elif deps:
+            deps = tuple(sorted(new_id[d] for d in deps))
+        out.append(make(k, op.kind, op.src, op.dst, op.count, deps, step, op.route, op.origin))
+        f = start[i] + c.duration
+        if f > end:
+            end = f
     return tuple(out), end
