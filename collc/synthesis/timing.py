@@ -155,6 +155,7 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
     # A link that only single-link transfers use: its best queued transfer is the only
     # one the dispatch could start on it, so it need not scan the queue.
     single = [True] * len(network.links)
+    links_of = [c.links for c in costs]
     for c in costs:
         for l, hold in zip(c.links, c.holds):
             remaining[l] += hold
@@ -201,14 +202,14 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
                 touched.add(x)
         for i in sorted(local):
             begin(i, t)
-        for i in _dispatch(t, touched, queue, costs, link_free, remaining, single):
+        for i in _dispatch(t, touched, queue, links_of, link_free, remaining, single):
             begin(i, t)
     if len(order) != n:
         raise RuntimeError("ops form a dependency cycle")
     return Timeline(ops, order, start, costs)
 
 
-def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], costs: list[OpCost],
+def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], links_of: list[tuple[int, ...]],
               link_free: list[float], remaining: list[float], single: list[bool]) -> list[int]:
     """Ops to start at t: a set using every free link at most once. Transfers over one
     link are taken greedily by priority; those through switches (a first link into the
@@ -220,20 +221,20 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], c
         if link_free[l] > limit:
             continue
         q = queue[l]
+        if not q:
+            continue
         if single[l]:
             # Only transfers over this link alone queue here: the first is startable
             # and the greedy pass below would take it and reject the rest.
-            if q:
-                cands[q[0][1]] = q[0]
+            cands[q[0][1]] = q[0]
             continue
         found = 0
-        for k in range(min(len(q), SCAN_DEPTH)):
-            key = q[k]
+        for key in (q if len(q) <= SCAN_DEPTH else q[:SCAN_DEPTH]):
             i = key[1]
             if i in cands:
                 found += 1
             else:
-                for m in costs[i].links:
+                for m in links_of[i]:
                     if link_free[m] > limit:
                         break
                 else:
@@ -243,21 +244,30 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], c
                 break
     if not cands:
         return []
-    chosen: list[int] = []
-    used: set[int] = set()
+    # Transfers over one link are taken greedily in priority order; of those through
+    # switches only the best of each (first link, last link) pair can be matched.
+    singles: list[tuple[tuple[int, int], int]] = []
     pairs: dict[tuple[int, int], tuple[tuple[int, int], int]] = {}
-    for i in sorted(cands, key=cands.__getitem__):
-        links = costs[i].links
+    for i, key in cands.items():
+        links = links_of[i]
         if len(links) >= 2:
             # Through a switch (or a chain of switches and NICs): pair the first link
             # (into the fabric) with the last (out of it).
-            a, b = links[0], links[-1]
-            if (a, b) not in pairs:
-                pairs[(a, b)] = (cands[i], i)
-            continue
-        if not used.intersection(links):
-            chosen.append(i)
-            used.update(links)
+            ab = (links[0], links[-1])
+            have = pairs.get(ab)
+            if have is None or key < have[0]:
+                pairs[ab] = (key, i)
+        else:
+            singles.append((key, i))
+    chosen: list[int] = []
+    used: set[int] = set()
+    if singles:
+        singles.sort()
+        for _, i in singles:
+            (l,) = links_of[i]
+            if l not in used:
+                chosen.append(i)
+                used.add(l)
     if not pairs:
         return chosen
     adj: dict[int, list[tuple[tuple[int, int], int, int]]] = {}
@@ -284,7 +294,7 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], c
         augment(a, set())
     # Links inside the fabric may be shared by pairs the matching treated as apart.
     for i in sorted((i for _, i in owner.values()), key=cands.__getitem__):
-        links = costs[i].links
+        links = links_of[i]
         if not used.intersection(links):
             chosen.append(i)
             used.update(links)
