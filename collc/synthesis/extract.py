@@ -54,7 +54,11 @@ def copy_ops(plan: Plan) -> OpList:
     make = Op.make
     copy = OpKind.COPY
     routes = net.routes
-    for t in sorted(plan.transfers, key=_TRANSFER_ORDER):
+    transfers = plan.transfers
+    # A pipelined plan's steps are its order already (and unique): no sort needed.
+    if any(a.step >= b.step for a, b in zip(transfers, transfers[1:])):
+        transfers = sorted(transfers, key=_TRANSFER_ORDER)
+    for t in transfers:
         route = routes[t.route]
         h = held[t.commodity]
         src = h.get(route.src)

@@ -177,10 +177,31 @@ class Network:
                 dist[a][b] = t
         return dist
 
+    @cached_property
+    def _components(self) -> tuple[dict[int, int], nx.DiGraph]:
+        """Each rank's strongly connected component, and the graph of components (a DAG):
+        a rank reaches another in its own component or in a component below its own."""
+        cond = nx.condensation(self.rank_graph())
+        return cond.graph["mapping"], cond
+
+    @property
+    def strongly_connected(self) -> bool:
+        """Whether every GPU can reach every other."""
+        return len(self._components[1]) <= 1
+
     def unreachable(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        g = self.rank_graph()
-        reach = {a: nx.descendants(g, a) | {a} for a in {p[0] for p in pairs}}
-        return [(a, b) for a, b in pairs if b not in reach[a]]
+        mapping, cond = self._components
+        below: dict[int, set[int]] = {}
+        out = []
+        for a, b in pairs:
+            ca, cb = mapping[a], mapping[b]
+            if ca == cb:
+                continue
+            if ca not in below:
+                below[ca] = nx.descendants(cond, ca)
+            if cb not in below[ca]:
+                out.append((a, b))
+        return out
 
 
 def reversed_topology(topology: Topology) -> Topology:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from collc.synthesis.problem import Problem
 
@@ -21,8 +21,9 @@ class Status(str, Enum):
     FEASIBLE = "feasible"  # a heuristic answer, with no optimality claim
 
 
-@dataclass(frozen=True)
-class Transfer:
+class Transfer(NamedTuple):
+    """A named tuple: a pipelined plan at 1,024 GPUs has a million of them."""
+
     commodity: int  # index into Problem.commodities
     route: int  # index into Network.routes
     # Departure epoch, or for pipelined plans an order key. A transfer out of a rank

@@ -90,6 +90,8 @@ def build_problem(collective: Collective, network: Network, size_bytes: int) -> 
 def check_reachable(problem: Problem) -> None:
     """Raise SolverError naming GPUs that cannot reach each other, before any solve."""
     net = problem.network
+    if net.strongly_connected:
+        return
     # Many chunks share their holders and destinations (a refined collective has
     # thousands): each pattern is checked once.
     shapes = sorted({(c.holders, c.demand) for c in problem.commodities})

@@ -74,13 +74,18 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     route_dst = np.array([r.dst for r in net.routes])
     route_links = [r.links for r in net.routes]
     route_time = np.array([r.seconds(problem.slot_bytes) for r in net.routes])
-    # Per route and link orbit: how many of the orbit's links the route crosses.
-    route_orbit_use: list[dict[int, int]] = []
-    for links in route_links:
-        use: dict[int, int] = defaultdict(int)
-        for l in links:
-            use[int(link_row[l])] += 1
-        route_orbit_use.append(use)
+    # Per route and link orbit: how many of the orbit's links the route crosses (made
+    # for the routes that trees use: at 1,024 GPUs there are a million routes).
+    orbit_use_of: dict[int, dict[int, int]] = {}
+
+    def route_orbit_use(ri: int) -> dict[int, int]:
+        use = orbit_use_of.get(ri)
+        if use is None:
+            use = defaultdict(int)
+            for l in route_links[ri]:
+                use[int(link_row[l])] += 1
+            orbit_use_of[ri] = use
+        return use
 
     from collc.synthesis.steady import packing_lp_rows
 
@@ -100,7 +105,7 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
         seen.add((g, routes))
         use: dict[int, float] = defaultdict(float)
         for ri in routes:
-            for o, k in route_orbit_use[ri].items():
+            for o, k in route_orbit_use(ri).items():
                 use[o] += k
         rows_used = sorted(use)
         vol = weight[reps[g]] * classes[reps[g]] / scale
@@ -114,7 +119,7 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     load = np.zeros(n_rows)
     for g, routes, _ in first:
         for ri in routes:
-            for o, k in route_orbit_use[ri].items():
+            for o, k in route_orbit_use(ri).items():
                 load[o] += weight[reps[g]] * classes[reps[g]] * k / (orbit_size[o] * row_cap[o])
     scale = float(load.max()) or 1.0
     for g, routes, depths in first:
@@ -137,9 +142,10 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
         row_price = -(duals[n_cls:n_cls + n_rows] + duals[n_cls + n_rows:]) / (orbit_size * row_cap)
         progress.stage(f"steady: replicated tree packing, round {rounds}")
         progress.note(T=f"{t_value:.4f}", trees=len(columns))
-        link_price = np.zeros(n_links_all)
+        # A route's price is the sum of its links' (the padding column costs nothing).
+        link_price = np.zeros(n_links_all + 1)
         link_price[used] = row_price[link_row[used]]
-        route_price = np.array([link_price[list(ls)].sum() if ls else 0.0 for ls in route_links])
+        route_price = link_price[sym.routes.padded].sum(axis=1)
         added = 0
         lagrange = t_value
         for g in range(n_cls):

@@ -541,12 +541,15 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
     for k, c in enumerate(problem.commodities):
         if c.demand:
             by_class[class_key(problem, k)].append(k)
-    tails: dict[tuple[int, ...], list[float]] = {}
-    # (order key, depth, position in its structure, commodity, route). Among equal keys a
-    # structure's own order decides before the commodity: replicated trees list a
-    # rank's children rotated by the rank's place, so that the sources of a switch do
-    # not all send to the same destination first.
-    entries: list[tuple[float, int, int, int, int]] = []
+    # Per structure: its routes, depths, positions and the part of the order key that
+    # does not depend on the chunk (its tail and lead), as arrays.
+    arrays: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
+    ordered = rates.replicated > 0
+    # Columns of (order key, depth, position in its structure, commodity, route), sorted
+    # in that order. Among equal keys a structure's own order decides before the
+    # commodity: replicated trees list a rank's children rotated by the rank's place, so
+    # that the sources of a switch do not all send to the same destination first.
+    columns: list[list[np.ndarray]] = [[], [], [], [], []]
     missing = [key for key in by_class if not rates.shares.get(key)]
     if missing:
         raise NotApplicable(f"the rate LP gave no route to class {missing[0]}")
@@ -564,18 +567,36 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
         targets = sorted(((j + 1) / n, s_idx) for s_idx, n in enumerate(counts) for j in range(n))
         for k, (finish, s_idx) in zip(coms, targets):
             routes = structures[s_idx][0]
-            if routes not in tails:
-                tails[routes] = _tails(net, routes, seconds)
-            ordered = rates.replicated > 0
-            for pos, (ri, depth, tail) in enumerate(zip(routes, rates.depth[routes], tails[routes])):
-                # The tail of a route longer than the route itself: its receiver forwards.
-                lead = RELAY_LEAD * rates.seconds if tail > seconds[ri] * (1 + 1e-9) else 0.0
-                entries.append((finish * rates.seconds - tail - lead, depth, pos if ordered else 0, k, ri))
-    entries.sort()
-    transfers = tuple(Transfer(k, ri, step) for step, (*_, k, ri) in enumerate(entries))
+            if routes not in arrays:
+                arrays[routes] = _structure_arrays(net, routes, rates.depth[routes], seconds, rates.seconds, ordered)
+            route_arr, depth_arr, pos_arr, tail_arr, lead_arr = arrays[routes]
+            columns[0].append(finish * rates.seconds - tail_arr - lead_arr)
+            columns[1].append(depth_arr)
+            columns[2].append(pos_arr)
+            columns[3].append(np.full(len(routes), k, dtype=np.int64))
+            columns[4].append(route_arr)
+    if columns[0]:
+        key_col, depth_col, pos_col, com_col, route_col = (np.concatenate(c) for c in columns)
+        order = np.lexsort((route_col, com_col, pos_col, depth_col, key_col))
+        transfers = tuple(map(Transfer, com_col[order].tolist(), route_col[order].tolist(), range(len(order))))
+    else:
+        transfers = ()
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
                 {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
                  "rate_model": rates.kind, "replicated": rates.replicated})
+
+
+def _structure_arrays(net: Network, routes: tuple[int, ...], depths: tuple[int, ...], seconds: list[float],
+                      fluid_s: float, ordered: bool) -> tuple[np.ndarray, ...]:
+    """A structure's routes, depths, positions (all 0 unless `ordered`), tails and leads
+    as arrays: a transfer to a rank that forwards (its tail longer than its own route)
+    goes RELAY_LEAD x T ahead of its pace."""
+    route_arr = np.asarray(routes, dtype=np.int64)
+    tail_arr = np.asarray(_tails(net, routes, seconds), dtype=float)
+    own = np.asarray(seconds, dtype=float)[route_arr]
+    lead_arr = np.where(tail_arr > own * (1 + 1e-9), RELAY_LEAD * fluid_s, 0.0)
+    pos_arr = np.arange(len(routes), dtype=np.int64) if ordered else np.zeros(len(routes), dtype=np.int64)
+    return route_arr, np.asarray(depths, dtype=np.int64), pos_arr, tail_arr, lead_arr
 
 
 def pipeline_fill(net: Network, rates: RateSolution, slot_bytes: float) -> float:
