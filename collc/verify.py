@@ -15,6 +15,7 @@ from collc.ir.collective import ChunkId, Value, value_str
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import NodeKind, Topology
 from collc.regrouped import mark_verified
+from collc.verify_arrays import MIN_OPS, verify_on_arrays
 
 
 def buffer_size(schedule: Schedule, rank: int, buffer: Buffer) -> int:
@@ -447,11 +448,19 @@ def _last_writer(schedule: Schedule, loc: Loc) -> Op | None:
 
 def verify(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
     """Raise ScheduleError unless the schedule is well formed and meets the postcondition."""
+    if check_races and len(schedule.ops) >= MIN_OPS and verify_on_arrays(schedule, topology):
+        mark_verified(schedule, topology)  # the array form decided (it never words an error)
+        return
+    verify_op_by_op(schedule, topology, check_races)
+    if check_races:
+        mark_verified(schedule, topology)  # a pass that only regroups its ops is re-checked cheaply
+
+
+def verify_op_by_op(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
+    """`verify` without its array form: runs every op in Python, and words every error."""
     check_structure(schedule, topology)
     state, codec = _execute(schedule, check_races)
     _check_postcondition(schedule, state, codec)
-    if check_races:
-        mark_verified(schedule, topology)  # a pass that only regroups its ops is re-checked cheaply
 
 
 def unreachable_pairs(topology: Topology, ranks: Iterable[int] | None = None) -> list[tuple[int, int]]:
