@@ -15,6 +15,9 @@ seconds (time.process_time):
               job's own ring is reused, not rebuilt)
   compile     `compile_job` with no output file and the schedule already built, in the
               same process afterwards (the report: simulation, bounds, baselines)
+  reverify    what the pass manager does after `msccl-merge` (the merge itself not
+              timed): verify the merged schedule again (`verify_rewritten`: the same
+              work as the verified schedule, checked on arrays; older code: `verify`)
 
 and the process's peak resident memory (getrusage ru_maxrss). Then, in another fresh
 process, the whole compile as the CLI runs it up to its backend (`run_whole`): CPU
@@ -36,7 +39,8 @@ import subprocess
 import sys
 import time
 
-STAGES = ["start", "topology", "definition", "algorithm", "verify", "simulate", "bounds", "baselines", "compile"]
+STAGES = ["start", "topology", "definition", "algorithm", "verify", "simulate", "bounds", "baselines", "compile",
+          "reverify"]
 
 
 def run_case(ranks: int, collective: str) -> dict:
@@ -73,6 +77,15 @@ def run_case(ranks: int, collective: str) -> dict:
     out["ops"] = len(sched.ops)
     _lower_bounds.cache_clear()  # the whole compile pays for its bounds
     timed("compile", lambda: compile_job(job, "json", None))
+    from collc.backends.msccl_xml.merge import merge_ops
+
+    merged = merge_ops(sched)
+    try:
+        from collc.regrouped import verify_rewritten
+    except ImportError:  # the code before this check: the pass manager verified in full
+        timed("reverify", lambda: verify(merged, topo))
+    else:
+        timed("reverify", lambda: verify_rewritten(sched, merged, topo))
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 

@@ -212,7 +212,7 @@ def make_report(job: CompileJob, unit: CompileUnit, solver: dict[str, Any] | Non
     assert schedule is not None
     sim = simulate(schedule, job.topology, job.size_bytes)
     bounds = lower_bounds(job.topology, job.collective, job.size_bytes)
-    transfers = sum(1 for op in schedule.ops if op.is_transfer)
+    transfers = schedule.num_transfers
     stats = {"name": schedule.name, "ops": len(schedule.ops), "transfers": transfers,
              "steps": schedule.num_steps, "chunks_per_rank": schedule.collective.chunks}
     util = {f"{a}->{b}": u for (a, b), u in sim.utilization().items()}

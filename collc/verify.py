@@ -14,6 +14,8 @@ from collc.diagnostics import ScheduleError
 from collc.ir.collective import ChunkId, Value, value_str
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import NodeKind, Topology
+from collc.regrouped import mark_verified
+from collc.verify_arrays import MIN_OPS, verify_on_arrays
 
 
 def buffer_size(schedule: Schedule, rank: int, buffer: Buffer) -> int:
@@ -446,6 +448,16 @@ def _last_writer(schedule: Schedule, loc: Loc) -> Op | None:
 
 def verify(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
     """Raise ScheduleError unless the schedule is well formed and meets the postcondition."""
+    if check_races and len(schedule.ops) >= MIN_OPS and verify_on_arrays(schedule, topology):
+        mark_verified(schedule, topology)  # the array form decided (it never words an error)
+        return
+    verify_op_by_op(schedule, topology, check_races)
+    if check_races:
+        mark_verified(schedule, topology)  # a pass that only regroups its ops is re-checked cheaply
+
+
+def verify_op_by_op(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
+    """`verify` without its array form: runs every op in Python, and words every error."""
     check_structure(schedule, topology)
     state, codec = _execute(schedule, check_races)
     _check_postcondition(schedule, state, codec)

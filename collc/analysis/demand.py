@@ -78,8 +78,17 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
     # its holder set is found once, and equal sets are one object.
     shared: dict[frozenset[int], frozenset[int]] = {}
     plain: dict[ChunkId, frozenset[int]] = {}
+    alone: dict[int, frozenset[int]] = {}  # rank -> {rank}: the one-holder sets, made once per rank
     for c, pairs in containing.items():
-        if len(pairs) == 1 and len(pairs[0][1]) == 1 or all(len(v) == 1 for _, v in pairs):
+        if len(pairs) == 1:
+            (r, v), = pairs
+            if len(v) == 1:
+                hs = alone.get(r)
+                if hs is None:
+                    hs = frozenset((r,))
+                    hs = alone[r] = shared.setdefault(hs, hs)
+                plain[c] = hs
+        elif all(len(v) == 1 for _, v in pairs):
             hs = frozenset(r for r, _ in pairs)
             plain[c] = shared.setdefault(hs, hs)
     # Sorted chunk tuples once per value: they order the values and become `chunks`.
@@ -87,10 +96,14 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
     out = []
     for value in sorted(wanted, key=lambda v: (len(v), ordered[v])):
         chunks = ordered[value]
-        holders = [plain.get(c) for c in chunks]
+        holders = list(map(plain.get, chunks))
         if None in holders:
             holders = [_usable_holders(c, value, containing, shared, collective, wanted) for c in chunks]
-        needers = frozenset(r for r in wanted[value] if any(r not in hs for hs in holders))
+        # A rank needs the value when some chunk's holders lack it: when it is not in
+        # every holder set (the distinct sets are few: one per rank at most).
+        distinct = dict(zip(map(id, holders), holders)).values()
+        everywhere = frozenset.intersection(*distinct)  # a wanted value has a chunk
+        needers = frozenset(r for r in wanted[value] if r not in everywhere)
         out.append(Requirement(value, chunks, tuple(holders), needers))
     return tuple(out)
 

@@ -11,6 +11,7 @@ simulator and the backends order by when several ops are ready.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from operator import attrgetter, ne as _ne
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -110,6 +111,7 @@ class Op:
         )
 
 
+_STEP_OF, _SRC_RANK_OF, _DST_RANK_OF = attrgetter("step"), attrgetter("src.rank"), attrgetter("dst.rank")
 _new_object = object.__new__
 (_SET_ID, _SET_KIND, _SET_SRC, _SET_DST, _SET_COUNT, _SET_DEPS, _SET_STEP, _SET_ROUTE, _SET_ORIGIN) = (
     Op.__dict__[name].__set__ for name in Op.__slots__)
@@ -136,7 +138,13 @@ class Schedule:
 
     @property
     def num_steps(self) -> int:
-        return 1 + max((op.step for op in self.ops), default=-1)
+        # A C-level map rather than a generator: schedules have millions of ops.
+        return 1 + max(map(_STEP_OF, self.ops), default=-1)
+
+    @property
+    def num_transfers(self) -> int:
+        """Ops that move data between two GPUs."""
+        return sum(map(_ne, map(_SRC_RANK_OF, self.ops), map(_DST_RANK_OF, self.ops)))
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,197 @@
+"""Re-verification of a schedule that a pass only regrouped, on arrays.
+
+The pass manager verifies the schedule again after every pass that changes it. A
+lowering pass such as `msccl-merge` changes how the work is grouped into ops (ops of
+one step over consecutive slots joined into one, large ops split) but not the work:
+at 1,024 ranks, verifying its 2 million merged ops again symbolically costs about as
+much as the first verification (tens of seconds). `same_work` decides instead, with a
+few numpy sorts, that the new schedule does exactly the verified one's work:
+
+- the same slot accesses: every op expanded into its one-slot units (step, kind,
+  route, source slot, destination slot), the two lists equal as multisets;
+- at least the same order: where a verified op a depends on op b, the op that now does
+  a's work depends on the op that now does b's (each old op's work in one new op);
+- well formed: unique ids, counts of at least one, every dependency listed earlier and
+  at an earlier step; the same collective and scratch.
+
+Why that is enough: the verified schedule has no races, so every two accesses of one
+slot where one writes are ordered by its dependencies; those orders survive, so the new
+schedule runs every slot's accesses in the same order (two units in one new op were of
+one step, where nothing conflicts), reads the same values, and ends in the same state.
+Its own unit accesses inherit the old ones' range, route and writability checks.
+
+Anything else (a unit more or less, a dependency lost, a step changed, an op split over
+several new ops) makes `same_work` return False, and the caller verifies in full: a
+wrong rewrite is reported by the verifier's own message, never waved through.
+"""
+
+from __future__ import annotations
+
+import weakref
+from itertools import chain
+from operator import attrgetter, itemgetter
+
+import numpy as np
+
+from collc.ir.schedule import Buffer, Op, OpKind, Schedule
+from collc.ir.topology import Topology
+
+# id(schedule) -> (a weak reference to it, the topology it was verified on): schedules
+# that `verify` accepted with its race check. Weak: a registry must not keep millions
+# of ops alive.
+_VERIFIED: dict[int, tuple[weakref.ref, Topology | None]] = {}
+
+
+def mark_verified(schedule: Schedule, topology: Topology | None) -> None:
+    key = id(schedule)
+    _VERIFIED[key] = (weakref.ref(schedule, lambda _ref, key=key: _VERIFIED.pop(key, None)), topology)
+
+
+def is_verified(schedule: Schedule, topology: Topology | None) -> bool:
+    """Whether `verify(schedule, topology)` (races checked) accepted this very object."""
+    hit = _VERIFIED.get(id(schedule))
+    return hit is not None and hit[0]() is schedule and hit[1] is topology
+
+
+def verify_rewritten(before: Schedule | None, after: Schedule, topology: Topology) -> None:
+    """Raise ScheduleError unless `after` verifies on `topology`; cheap when `before` was
+    verified there and `after` does the same work (see the module docstring)."""
+    from collc.verify import verify
+
+    if before is not None and is_verified(before, topology) and same_work(before, after):
+        mark_verified(after, topology)
+        return
+    verify(after, topology)
+
+
+# Buffers and kinds by identity (their Enum hash is a Python-level call).
+_BUFFER_CODE = {id(Buffer.INPUT): 0, id(Buffer.OUTPUT): 1, id(Buffer.SCRATCH): 2}
+_KIND_CODE = {id(OpKind.COPY): 0, id(OpKind.REDUCE): 1}
+
+
+class _Columns:
+    """A schedule's ops as arrays (one row per op), and its units (one row per slot).
+    Columns are read with C-level maps (attrgetter, itemgetter, id): at 1,024 ranks a
+    schedule has millions of ops, and a Python loop over them costs seconds."""
+
+    def __init__(self, ops: tuple[Op, ...], routes: dict[tuple[str, ...], int]):
+        n = len(ops)
+        self.n = n
+
+        def col(values) -> np.ndarray:
+            return np.fromiter(values, dtype=np.int64, count=n)
+
+        self.ids = col(map(attrgetter("id"), ops))
+        self.step = col(map(attrgetter("step"), ops))
+        self.count = col(map(attrgetter("count"), ops))
+        kind = col(map(_KIND_CODE.__getitem__, map(id, map(attrgetter("kind"), ops))))
+        route_list = list(map(attrgetter("route"), ops))
+        if any(route_list):
+            route = col(routes.setdefault(r, len(routes) + 1) if r else 0 for r in route_list)
+            self.kind_route = route * 2 + kind
+        else:
+            self.kind_route = kind
+        del route_list
+        self.src_rb, self.src_idx = self._slots(list(map(attrgetter("src"), ops)))
+        self.dst_rb, self.dst_idx = self._slots(list(map(attrgetter("dst"), ops)))
+        self.ndeps = col(map(len, map(attrgetter("deps"), ops)))
+        self.deps = np.fromiter(chain.from_iterable(map(attrgetter("deps"), ops)), dtype=np.int64,
+                                count=int(self.ndeps.sum()))
+
+    def _slots(self, locs: list) -> tuple[np.ndarray, np.ndarray]:
+        """(rank x 3 + buffer, index) of each slot."""
+        n = self.n
+        rank = np.fromiter(map(itemgetter(0), locs), dtype=np.int64, count=n)
+        buffer = np.fromiter(map(_BUFFER_CODE.__getitem__, map(id, map(itemgetter(1), locs))), dtype=np.int64,
+                             count=n)
+        index = np.fromiter(map(itemgetter(2), locs), dtype=np.int64, count=n)
+        return rank * 3 + buffer, index
+
+    def units(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(op position of each unit, the unit key columns)."""
+        if bool((self.count == 1).all()):
+            owner = np.arange(self.n)
+            offset = np.zeros(self.n, dtype=np.int64)
+        else:
+            owner = np.repeat(np.arange(self.n), self.count)
+            starts = np.cumsum(self.count) - self.count
+            offset = np.arange(len(owner)) - np.repeat(starts, self.count)
+        keys = [self.step[owner], self.kind_route[owner], self.src_rb[owner], self.src_idx[owner] + offset,
+                self.dst_rb[owner], self.dst_idx[owner] + offset]
+        return owner, keys
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray | None:
+        """The list position of each op id in `ids`; None if an id is no op's (or ids repeat)."""
+        order = np.argsort(self.ids, kind="stable")
+        sorted_ids = self.ids[order]
+        if bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
+            return None
+        if len(ids) == 0:
+            return np.zeros(0, dtype=np.int64)
+        if self.n == 0:
+            return None
+        where = np.minimum(np.searchsorted(sorted_ids, ids), self.n - 1)
+        if not bool((sorted_ids[where] == ids).all()):
+            return None
+        return order[where]
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(op position, dependency position) for every dependency; None if one names no op."""
+        dep_pos = self.positions_of(self.deps)
+        if dep_pos is None:
+            return None
+        return np.repeat(np.arange(self.n), self.ndeps), dep_pos
+
+
+def _self_overlapping(c: _Columns) -> bool:
+    """Some op of several slots reads slots it also writes (its own order would matter)."""
+    same = (c.count > 1) & (c.src_rb == c.dst_rb)
+    return bool((same & (c.src_idx < c.dst_idx + c.count) & (c.dst_idx < c.src_idx + c.count)).any())
+
+
+def same_work(before: Schedule, after: Schedule) -> bool:
+    """Whether `after` does exactly `before`'s slot accesses, at the same steps, with at
+    least its ordering, and is well formed (see the module docstring)."""
+    if after.collective is not before.collective and after.collective != before.collective:
+        return False
+    if after.scratch != before.scratch or after.topology != before.topology:
+        return False
+    routes: dict[tuple[str, ...], int] = {}
+    old, new = _Columns(before.ops, routes), _Columns(after.ops, routes)
+    if int(old.count.sum()) != int(new.count.sum()) or bool((new.count < 1).any()) or _self_overlapping(old):
+        return False
+    # Well formed: ids unique, dependencies listed earlier and at an earlier step.
+    new_edges = new.edges()
+    if new_edges is None:
+        return False
+    op_pos, dep_pos = new_edges
+    if bool((dep_pos >= op_pos).any()) or bool((new.step[dep_pos] >= new.step[op_pos]).any()):
+        return False
+    # The same units: sorted the same way, the key columns are equal row by row.
+    old_owner, old_keys = old.units()
+    new_owner, new_keys = new.units()
+    old_order, new_order = np.lexsort(old_keys[::-1]), np.lexsort(new_keys[::-1])
+    for a, b in zip(old_keys, new_keys):
+        if not np.array_equal(a[old_order], b[new_order]):
+            return False
+    # Each old op's work is in one new op (else verify in full: a split op's pieces
+    # would need a finer argument).
+    new_of_unit = new_owner[new_order]
+    old_of_unit = old_owner[old_order]
+    new_of_old = np.full(old.n, -1, dtype=np.int64)
+    new_of_old[old_of_unit] = new_of_unit
+    if bool((new_of_old[old_of_unit] != new_of_unit).any()):
+        return False
+    # Every old dependency is a dependency of the ops that now do the work.
+    old_edges = old.edges()
+    if old_edges is None:
+        return False
+    o_op, o_dep = old_edges
+    wanted = new_of_old[o_op] * new.n + new_of_old[o_dep]
+    have = np.sort(op_pos * new.n + dep_pos)  # sorted and searched: np.isin hashes, slower here
+    if len(wanted) == 0:
+        return True
+    if len(have) == 0:
+        return False
+    found = have[np.minimum(np.searchsorted(have, wanted), len(have) - 1)]
+    return bool((found == wanted).all())

@@ -1,0 +1,262 @@
+"""Symbolic verification on arrays, a step at a time: the fast path of `collc.verify`.
+
+`collc.verify` runs a schedule op by op in Python (a few microseconds an op: about 17 s
+for the 3.1 million ops of a ring AllReduce on 1,024 ranks). For the common shape (ops
+of one slot, no explicit routes, ids that are list positions, and every slot's value a
+set of chunks of one index, which covers the standard collectives) the same checks run
+here on numpy arrays:
+
+- structure: dependencies earlier in the list and at an earlier step, slots inside
+  their buffers, no writes to inputs or unused outputs, transfers between GPUs that a
+  path through switches and NICs joins;
+- races: the accesses of each slot sorted by step; two of one step where one writes
+  would be a race; otherwise every access must depend directly on the slot's previous
+  write, and every write directly on the reads since that write (the verifier's rule,
+  which also accepts orders implied through other ops: those are left to it);
+- values: a slot's value is (chunk index, bit set of ranks) with the bits in uint64
+  words; a step's ops read the values before the step and then write, which is exact
+  since nothing of one step conflicts; a reduction must join disjoint sets of one
+  index, and the outputs must end equal to the postcondition.
+
+`verify_on_arrays` returns True only when every check passes. Anything else (an error,
+or a shape this path does not handle) returns False, and the caller runs the op-by-op
+verifier, which decides and words the error: error messages are the verifier's alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collc.ir.schedule import Schedule
+from collc.ir.topology import Topology
+from collc.regrouped import _Columns
+
+# Below this many ops the op-by-op verifier is as fast (numpy has a fixed cost per call).
+MIN_OPS = 4096
+
+
+def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
+    """True when the schedule certainly verifies (with its race check) on `topology`;
+    False when it does not, or when this path cannot tell."""
+    coll = schedule.collective
+    ranks, n = coll.ranks, len(schedule.ops)
+    if n == 0 or (topology is not None and topology.num_ranks != ranks):
+        return False
+    cols = _Columns(schedule.ops, {})
+    if (bool((cols.kind_route >= 2).any()) or bool((cols.count != 1).any())
+            or not np.array_equal(cols.ids, np.arange(n))):
+        return False  # routes, several slots per op, ids that are not positions
+    edges = cols.edges()
+    if edges is None:
+        return False
+    op_of_edge, dep = edges
+    step = cols.step
+    if bool((dep >= op_of_edge).any()) or bool((step[dep] >= step[op_of_edge]).any()):
+        return False
+    slots = _slot_numbers(schedule, cols, topology)
+    if slots is None:
+        return False
+    src, dst, total = slots
+    reduce = cols.kind_route == 1
+    del cols, edges  # hundreds of MB at 1,024 ranks: keep only what the runs below read
+    if not _race_free(src, dst, step, op_of_edge * n + dep, n):
+        return False
+    del op_of_edge, dep
+    return _values_meet_postcondition(schedule, src, dst, reduce, step, total)
+
+
+def _slot_numbers(schedule: Schedule, cols: _Columns, topology: Topology | None
+                  ) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Every op's source and destination as slot numbers (each rank's input, output and
+    scratch one after another), after the range, writability and reach checks; None
+    when one fails."""
+    coll = schedule.collective
+    ranks = coll.ranks
+    sizes = np.array([[len(coll.inputs[r]), len(coll.outputs[r]), schedule.scratch_slots(r)] for r in range(ranks)],
+                     dtype=np.int64).reshape(-1)
+    base = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    out = []
+    for rb, idx in ((cols.src_rb, cols.src_idx), (cols.dst_rb, cols.dst_idx)):
+        if bool((rb < 0).any()) or bool((rb >= 3 * ranks).any()) or bool((idx < 0).any()):
+            return None
+        if bool((idx >= sizes[rb]).any()):
+            return None
+        out.append(base[rb] + idx)
+    dst_buf = cols.dst_rb % 3
+    if bool((dst_buf == 0).any()):
+        return None  # writes an input
+    unused = np.array([all(v is None for v in buf) for buf in coll.outputs], dtype=bool)
+    if bool((unused[cols.dst_rb // 3] & (dst_buf == 1)).any()):
+        return None  # writes the output of a rank that has none
+    if topology is not None:
+        a, b = cols.src_rb // 3, cols.dst_rb // 3
+        moved = a != b
+        if bool(moved.any()):
+            from collc.verify import _direct_reach
+
+            joined = np.zeros((ranks, ranks), dtype=bool)
+            for r, reach in _direct_reach(topology).items():
+                joined[r, list(reach)] = True
+            if not bool(joined[a[moved], b[moved]].all()):
+                return None
+    return out[0], out[1], int(sizes.sum())
+
+
+def _is_edge(queries: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Which codes `op * n + dep` in `queries` are dependencies (`edges` sorted)."""
+    if len(edges) == 0:
+        return np.zeros(len(queries), dtype=bool)
+    return edges[np.minimum(np.searchsorted(edges, queries), len(edges) - 1)] == queries
+
+
+def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, edge_codes: np.ndarray, n: int) -> bool:
+    """Every two accesses of a slot where one writes are ordered by a direct dependency
+    (see the module docstring); False also for orders this path does not search."""
+    op = np.arange(n)
+    slot = np.concatenate((src, dst))
+    when = np.concatenate((step, step))
+    who = np.concatenate((op, op))
+    writes = np.concatenate((np.zeros(n, dtype=bool), np.ones(n, dtype=bool)))
+    order = np.lexsort((writes, when, slot))
+    slot, when, who, writes = slot[order], when[order], who[order], writes[order]
+    m = len(slot)
+    same = slot[1:] == slot[:-1]
+    if bool((same & (when[1:] == when[:-1]) & (writes[1:] | writes[:-1])).any()):
+        return False  # a write and another access of one slot in one step
+    edges = np.sort(edge_codes)
+    # The last write before each access (entries of one slot are contiguous, in step order).
+    last = np.maximum.accumulate(np.where(writes, np.arange(m), -1))
+    prev = np.concatenate(([-1], last[:-1]))
+    has = prev >= 0
+    has[has] = slot[prev[has]] == slot[has]
+    if not bool(_is_edge(who[has] * n + who[prev[has]], edges).all()):
+        return False
+    # Each read and the next write of its slot.
+    nxt_all = np.minimum.accumulate(np.where(writes, np.arange(m), m)[::-1])[::-1]
+    nxt = np.concatenate((nxt_all[1:], [m]))
+    reads = ~writes & (nxt < m)
+    reads[reads] = slot[nxt[reads]] == slot[reads]
+    return bool(_is_edge(who[nxt[reads]] * n + who[reads], edges).all())
+
+
+def _values_meet_postcondition(schedule: Schedule, src: np.ndarray, dst: np.ndarray, reduce: np.ndarray,
+                               step: np.ndarray, total: int) -> bool:
+    coll = schedule.collective
+    words = (coll.ranks + 63) // 64
+    index = np.full(total, -1, dtype=np.int64)  # -1: the slot holds nothing
+    bits = np.zeros((total, words), dtype=np.uint64)
+    if not _set_inputs(coll, schedule, index, bits):
+        return False
+    order = np.argsort(step, kind="stable")
+    bounds = np.flatnonzero(np.diff(step[order])) + 1
+    for ops in np.split(order, bounds):
+        s, d, red = src[ops], dst[ops], reduce[ops]
+        got = index[s]
+        if bool((got < 0).any()):
+            return False  # reads a slot that holds nothing
+        got_bits = bits[s]
+        if bool(red.any()):
+            rd, rs = d[red], got_bits[red]
+            if bool((index[rd] != got[red]).any()):
+                return False  # holds nothing, or chunks of another index (left to the op-by-op run)
+            if bool((bits[rd] & rs).any()):
+                return False  # a chunk counted twice
+            got_bits[red] = bits[rd] | rs
+        index[d] = got
+        bits[d] = got_bits
+    return _outputs_equal(coll, schedule, index, bits)
+
+
+def _rank_bits(ranks: np.ndarray, words: int) -> np.ndarray:
+    """One row of `words` uint64 per rank with that rank's bit set."""
+    out = np.zeros((len(ranks), words), dtype=np.uint64)
+    out[np.arange(len(ranks)), ranks // 64] = np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64))
+    return out
+
+
+def _one_index(value) -> tuple[int, np.ndarray] | None:
+    """(index, ranks) of a value whose chunks share one index; None otherwise."""
+    indices = {c.index for c in value}
+    if len(indices) != 1:
+        return None
+    return indices.pop(), np.fromiter((c.rank for c in value), dtype=np.int64, count=len(value))
+
+
+class _Values:
+    """Distinct values (by object: the collectives share equal values) as (index, bits
+    rows), and which of them each slot has."""
+
+    def __init__(self, values: list, words: int):
+        ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))
+        _, first, self.which = np.unique(ids, return_index=True, return_inverse=True)
+        self.which = self.which.reshape(-1)
+        self.ok = True
+        self.index = np.zeros(len(first), dtype=np.int64)
+        self.bits = np.zeros((len(first), words), dtype=np.uint64)
+        singles, single_rank = [], []
+        for k, at in enumerate(first.tolist()):
+            v = values[at]
+            if v is not None and len(v) == 1:
+                (c,) = v
+                singles.append(k)
+                self.index[k] = c.index
+                single_rank.append(c.rank)
+                continue
+            found = _one_index(v) if v else None
+            if found is None:
+                self.ok = False
+                return
+            self.index[k] = found[0]
+            self.bits[k] = np.bitwise_or.reduce(_rank_bits(found[1], words), axis=0)
+        if singles:
+            self.bits[np.array(singles, dtype=np.int64)] = _rank_bits(np.array(single_rank, dtype=np.int64), words)
+
+
+_BLOCK = 1 << 17  # slots compared at once (bounds the temporaries at 1,024 ranks)
+
+
+def _layout(coll, schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """Slot number of index 0 of every rank's input and output."""
+    sizes = np.array([[len(coll.inputs[r]), len(coll.outputs[r]), schedule.scratch_slots(r)]
+                      for r in range(coll.ranks)], dtype=np.int64).reshape(-1)
+    base = np.concatenate(([0], np.cumsum(sizes)[:-1])).reshape(-1, 3)
+    return base[:, 0], base[:, 1]
+
+
+def _slots_of(buffers, base: np.ndarray) -> np.ndarray:
+    return np.concatenate([base[r] + np.arange(len(buf), dtype=np.int64) for r, buf in enumerate(buffers)])
+
+
+def _set_inputs(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray) -> bool:
+    values = [v for buf in coll.inputs for v in buf]
+    if not values:
+        return True
+    if any(not v for v in values):
+        return False
+    distinct = _Values(values, bits.shape[1])
+    if not distinct.ok:
+        return False
+    at = _slots_of(coll.inputs, _layout(coll, schedule)[0])
+    index[at] = distinct.index[distinct.which]
+    for lo in range(0, len(at), _BLOCK):
+        bits[at[lo:lo + _BLOCK]] = distinct.bits[distinct.which[lo:lo + _BLOCK]]
+    return True
+
+
+def _outputs_equal(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray) -> bool:
+    """Every output slot with a required value holds exactly that value."""
+    values = [v for buf in coll.outputs for v in buf]
+    if not values:
+        return True
+    distinct = _Values(values, bits.shape[1])
+    if not distinct.ok:
+        return False
+    at = _slots_of(coll.outputs, _layout(coll, schedule)[1])
+    wanted = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    at, which = at[wanted], distinct.which[wanted]
+    if not np.array_equal(index[at], distinct.index[which]):
+        return False
+    for lo in range(0, len(at), _BLOCK):
+        if not np.array_equal(bits[at[lo:lo + _BLOCK]], distinct.bits[which[lo:lo + _BLOCK]]):
+            return False
+    return True
