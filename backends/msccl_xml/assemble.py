@@ -73,8 +73,12 @@ def _step(s: int, step: LStep, program: Program) -> XmlStep:
                    step.hasdep)
 
 
+# A frozenset: a tuple test compares str-enum members with == one by one (Python code).
+_OWN_OPERANDS = frozenset((StepType.SEND, StepType.RECV, StepType.RECV_COPY_SEND, StepType.COPY, StepType.REDUCE))
+
+
 def _operands(kind: StepType, first: Half) -> tuple[Slot, Slot]:
-    if kind in (StepType.SEND, StepType.RECV, StepType.RECV_COPY_SEND, StepType.COPY, StepType.REDUCE):
+    if kind in _OWN_OPERANDS:
         # For r and rcs, `first` is the receive: its src is where the sender reads.
         return first.src, first.dst
     # rrc, rrs, rrcs: the executor adds src (local) into what arrives; in place on dst.

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from collc.backends.msccl_xml.program import Half, HalfKey, HalfKind, LStep, LThreadblock
+from collc.backends.msccl_xml.model import StepType
+from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places
 from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
@@ -91,8 +92,11 @@ class PlanCache:
     """What does not depend on the channel count, found once for all the counts tried:
     the chains, and the matchings of `_pair` (see `_matching`)."""
 
-    def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]):
-        self.chains = _chains(halves, candidates)
+    def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]],
+                 places: tuple[int, ...] | None = None):
+        self.places = key_places(halves) if places is None else places
+        self.step_types = [_STEP_TYPE[h.kind] for h in halves]
+        self.chains = _chains(halves, candidates, self.places)
         self.matchings: dict[tuple, list[tuple[int, int]]] = {}
 
 
@@ -111,7 +115,7 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
     if base is None:
         return None
     channel_of = {h.id: base[(h.key.position, h.key.piece)] + h.instance * c for h in halves if not h.is_local}
-    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps, cache.matchings)
+    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps, cache.matchings, cache.places)
     if per_rank is None:
         return None
     rank, steps, tb = _largest(per_rank, halves, candidates)
@@ -119,11 +123,12 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
         for t in tbs:
             for h in t.halves:
                 channel_of[h] = t.chan
-    return TbPlan(c, tuple(_finish(tbs, halves) for tbs in per_rank), channel_of, steps,
+    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.step_types) for tbs in per_rank), channel_of, steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
-def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]], places: tuple[int, ...]
+            ) -> list[list[tuple[int, int]]]:
     """Transfers of instance 0, as (position, piece), grouped into chains in time order.
 
     The chains are the connected components of the candidate links, found with a
@@ -131,14 +136,16 @@ def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> 
     seconds)."""
     number: dict[tuple[int, int], int] = {}  # (position, piece) -> transfer number
     transfers: list[tuple[int, int]] = []
-    message: list[tuple] = []
+    # The place of each transfer's send half: sends differ from each other only in the
+    # part of the key both ends share (`HalfKey.message`), so this orders the messages.
+    message: list[int] = []
     send = HalfKind.SEND
     for h in halves:
         if h.kind is send and h.instance == 0:
             k = h.key
             number[(k.position, k.piece)] = len(transfers)
             transfers.append((k.position, k.piece))
-            message.append(k.message)
+            message.append(places[h.id])
     parent = list(range(len(transfers)))
 
     def root(t: int) -> int:
@@ -247,7 +254,7 @@ def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> 
 
 def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
            channel_of: dict[int, int], ranks: int, c: int, max_steps: int,
-           matchings: dict[tuple, list[tuple[int, int]]]) -> list[list[_Tb]] | None:
+           matchings: dict[tuple, list[tuple[int, int]]], places: tuple[int, ...]) -> list[list[_Tb]] | None:
     sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rank, peer, chan) -> halves
     recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)
     for h in halves:
@@ -280,7 +287,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
             if p >= 0:
                 tb.halves += recvs[(rank, p, ch)]
             per_rank[rank].append(tb)
-    _place_locals(halves, preds, per_rank, c, max_steps)
+    _place_locals(halves, preds, per_rank, c, max_steps, places)
     for r in range(ranks):
         if not per_rank[r]:
             # The executor launches one CUDA block per threadblock; a GPU with nothing to
@@ -339,13 +346,13 @@ def _matching(weight: Counter, known: dict[tuple, list[tuple[int, int]]]) -> lis
 
 
 def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], per_rank: list[list[_Tb]],
-                  c: int, max_steps: int) -> None:
+                  c: int, max_steps: int, places: tuple[int, ...]) -> None:
     where: dict[int, _Tb] = {h: tb for tbs in per_rank for tb in tbs for h in tb.halves}
     own: dict[tuple[int, int], list[_Tb]] = defaultdict(list)  # (rank, instance) -> peerless tbs
-    for h in sorted((h for h in halves if h.is_local), key=lambda h: h.key):
+    for h in sorted((h for h in halves if h.is_local), key=lambda h: places[h.id]):
         before = [p for p in preds[h.id] if p in where]
         if before:
-            tb = where[max(before, key=lambda p: halves[p].key)]
+            tb = where[max(before, key=places.__getitem__)]
         else:
             mine = own[(h.rank, h.instance)]
             if not mine or len(mine[-1].halves) >= max_steps:
@@ -387,16 +394,14 @@ def _largest(per_rank: list[list[_Tb]], halves: tuple[Half, ...], candidates: li
     return best
 
 
-def _finish(tbs: list[_Tb], halves: tuple[Half, ...]) -> tuple[LThreadblock, ...]:
-    def key(h: int) -> HalfKey:
-        return halves[h].key
-
+def _finish(tbs: list[_Tb], places: tuple[int, ...], step_of: list[StepType]) -> tuple[LThreadblock, ...]:
     for tb in tbs:
-        tb.halves.sort(key=key)
-    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, key(tb.halves[0]) if tb.halves else ()))
+        tb.halves.sort(key=places.__getitem__)
+    # (An empty threadblock sorts first among those with the same peers and channel.)
+    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, places[tb.halves[0]] if tb.halves else -1))
     out = []
     for i, tb in enumerate(ordered):
-        steps = tuple(LStep(_STEP_TYPE[halves[h].kind], (h,)) for h in tb.halves)
+        steps = tuple([LStep(step_of[h], (h,)) for h in tb.halves])
         out.append(LThreadblock(i, tb.send, tb.recv, tb.chan, steps))
     return tuple(out)
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from collc.backends.msccl_xml.model import StepType
-from collc.backends.msccl_xml.program import HalfKey, LGpu, LStep, Program, Stage, remember_last
+from collc.backends.msccl_xml.program import LGpu, LStep, Program, Stage, remember_last
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -52,15 +52,15 @@ def order_steps(program: Program) -> Program:
 
 
 def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
-    halves, preds = program.halves, program.preds
+    preds, key_place = program.preds, program.key_places()
     ntbs = len(gpu.tbs)
     owner: dict[int, tuple[int, int]] = {}
-    place: dict[tuple[int, int], HalfKey] = {}
+    place: dict[tuple[int, int], int] = {}  # step -> the integer place of its first half's key
     for t, tb in enumerate(gpu.tbs):
         for i, step in enumerate(tb.steps):
             for h in step.halves:
                 owner[h] = (t, i)
-            place[(t, i)] = halves[step.halves[0]].key
+            place[(t, i)] = key_place[step.halves[0]]
 
     # What is known complete once a step is done: per threadblock, its last step known
     # done (-1: none). A list per step, so that copying and merging run in C.

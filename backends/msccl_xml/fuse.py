@@ -42,49 +42,50 @@ def fuse(program: Program) -> Program:
 
 def _fuse_tb(tb: LThreadblock, program: Program, forwards: dict[int, list[int]], sole: dict[int, int]
              ) -> LThreadblock:
-    halves = program.halves
+    halves, preds = program.halves, program.preds
+    place = program.key_places()  # integer ranks of the halves' keys
+    send = HalfKind.SEND
     order = [s.halves[0] for s in tb.steps]  # one half per step so far, in key order
     in_tb = set(order)
     # Places of the threadblock's sends, sorted. They are in message order too (all go to
     # the one send peer on the one channel), and fusing keeps them so.
-    send_places = sorted(halves[h].key for h in order if halves[h].kind is HalfKind.SEND)
+    send_places = sorted(place[h] for h in order if halves[h].kind is send)
     partner: dict[int, int] = {}  # receive -> fused send
     fused_sends: set[int] = set()
     for a in order:
-        ha = halves[a]
-        if not ha.kind.receives:
-            continue
         sends = forwards.get(a)
-        if not sends:
+        if not sends or not halves[a].kind.receives:
             continue
         if len(sends) > 1:
-            sends = sorted(sends, key=lambda h: halves[h].key)
+            sends = sorted(sends, key=place.__getitem__)
+        at = place[a]
         for b in sends:
-            if b in in_tb and b not in fused_sends and _may_fuse(ha, halves[b], send_places, program):
+            if b in in_tb and b not in fused_sends and _may_fuse(a, at, b, place[b], preds[b], place, send_places):
                 partner[a] = b
                 fused_sends.add(b)
-                send_places.remove(halves[b].key)
-                bisect.insort(send_places, ha.key)
+                send_places.remove(place[b])
+                bisect.insort(send_places, at)
                 break
+    if not partner:  # nothing fused: the steps stay as they are
+        return tb
     steps = []
-    for h in order:
+    for step, h in zip(tb.steps, order):
         if h in fused_sends:
             continue
-        if h in partner:
-            steps.append(LStep(_fused_type(halves[h], partner[h], sole), (h, partner[h])))
-        else:
-            steps.append(LStep(halves[h].kind.step_type, (h,)))
+        b = partner.get(h)
+        steps.append(step if b is None else LStep(_fused_type(halves[h], b, sole), (h, b)))
     return replace(tb, steps=tuple(steps))
 
 
-def _may_fuse(a: Half, b: Half, send_places: list, program: Program) -> bool:
-    halves = program.halves
-    if any(p != a.id and halves[p].key >= a.key for p in program.preds[b.id]):
+def _may_fuse(a: int, at: int, b: int, bt: int, b_preds: tuple[int, ...], place: tuple[int, ...],
+              send_places: list[int]) -> bool:
+    """Whether receive `a` (at place `at`) may fuse with send `b` (at `bt`)."""
+    if any(p != a and place[p] >= at for p in b_preds):
         return False
     # The send moves from its own place back to a's. A send placed in between carries an
     # earlier message than b's and would then leave after it.
-    lo = bisect.bisect_right(send_places, a.key)
-    return send_places[lo] == b.key
+    lo = bisect.bisect_right(send_places, at)
+    return send_places[lo] == bt
 
 
 def _fused_type(receive: Half, send: int, sole: dict[int, int]) -> StepType:

@@ -22,7 +22,8 @@ from collc.backends.msccl_xml.channels import fusion_candidates
 from collc.backends.msccl_xml.inplace import aliased, in_place_ops
 from collc.backends.msccl_xml.model import BufferName
 from collc.backends.msccl_xml.program import (
-    PHASE_LOCAL, PHASE_RECV, PHASE_SEND, Half, HalfKey, HalfKind, Slot, inplace_offset, unified_buffer,
+    PHASE_LOCAL, PHASE_RECV, PHASE_SEND, Half, HalfKey, HalfKind, Slot, inplace_offset, key_places,
+    unified_buffer,
 )
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
@@ -37,6 +38,8 @@ class Halves:
     buffers: tuple[tuple[int, int, int], ...]
     # (receive half, send half) fusion candidates (`channels.fusion_candidates`), found once.
     candidates: tuple[tuple[int, int], ...]
+    # Per half: the rank of its key among all keys (`key_places`).
+    places: tuple[int, ...]
 
 
 def buffer_sizes(schedule: Schedule, inplace: bool, instances: int) -> tuple[tuple[int, int, int], ...]:
@@ -82,8 +85,10 @@ def split_schedule(schedule: Schedule, inplace: bool = False, instances: int = 1
     preds, sole_readers = _slot_analysis(halves, _required_slots(schedule.collective, inplace, slot))
     # Kinds, slots and counts do not change below, so neither do the candidates.
     candidates = tuple(fusion_candidates(tuple(halves), preds))
-    return Halves(_forwards_first(halves, candidates), preds, sole_readers,
-                  buffer_sizes(schedule, inplace, instances), candidates)
+    done = _forwards_first(halves, candidates)
+    return Halves(done, preds, sole_readers, buffer_sizes(schedule, inplace, instances), candidates,
+                  key_places(done))
+
 
 
 def _forwards_first(halves: list[Half], candidates: tuple[tuple[int, int], ...]) -> tuple[Half, ...]:
