@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 
 from collc.backends.msccl_xml.model import StepType
 from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places
@@ -183,10 +184,12 @@ def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]
     for h in halves:
         if h.kind is HalfKind.SEND and h.instance == 0:
             conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
-    table = _ChannelTable(c)
+    conn_number: dict[tuple[int, int], int] = {conn: i for i, conn in enumerate(dict.fromkeys(conn_of.values()))}
+    ranks = 1 + max((max(conn) for conn in conn_number), default=0)
+    table = _ChannelTable(c, ranks, len(conn_number))
     channel: dict[tuple[int, int], int] = {}
     for chain in chains:
-        uses = list(Counter(conn_of[t] for t in chain).items())
+        uses = [(conn, conn_number[conn], n) for conn, n in Counter(conn_of[t] for t in chain).items()]
         best = table.best(uses)
         if best >= 0:
             table.add(uses, best)
@@ -207,37 +210,62 @@ def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]
 
 
 class _ChannelTable:
-    """Per channel: messages per connection, and each rank's send and receive peers."""
+    """Per channel: messages per connection, and each rank's send and receive peers.
 
-    def __init__(self, c: int):
-        self.load: list[dict[tuple[int, int], int]] = [{} for _ in range(c)]
+    The loads and peer counts are arrays (channel x connection, channel x rank), so that
+    a chain is weighed against every channel at once; the peer sets themselves are kept
+    for the exact test where the counts alone cannot decide."""
+
+    def __init__(self, c: int, ranks: int, connections: int):
+        self.load = np.zeros((c, connections), dtype=np.int64)
+        self.send_count = np.zeros((c, ranks), dtype=np.int64)
+        self.recv_count = np.zeros((c, ranks), dtype=np.int64)
         self.send_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
         self.recv_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
 
-    def best(self, uses: list[tuple[tuple[int, int], int]]) -> int:
-        """The channel for connections `uses` ((sender, receiver), messages), -1 if none has room."""
+    def best(self, uses: list[tuple[tuple[int, int], int, int]]) -> int:
+        """The channel for connections `uses` ((sender, receiver), connection number,
+        messages), -1 if none has room; the lowest channel among the least loaded."""
         limit = MAX_TBS_PER_CHANNEL
         # The chain's own peers count too: it may add several to one rank.
         to: dict[int, list[int]] = {}
         came: dict[int, list[int]] = {}
-        for (a, b), _ in uses:
+        for (a, b), _, _ in uses:
             to.setdefault(a, []).append(b)
             came.setdefault(b, []).append(a)
-        best_cost, best = -1, -1
-        for ch, (sends, recvs, loads) in enumerate(zip(self.send_peers, self.recv_peers, self.load)):
-            if not (_fits(sends, to, limit) and _fits(recvs, came, limit)):
-                continue
-            cost = max(loads.get(conn, 0) + n for conn, n in uses)
-            if best < 0 or cost < best_cost:
-                best_cost, best = cost, ch
-        return best
+        fits = (_room(self.send_count, to, limit)) & (_room(self.recv_count, came, limit))
+        for ch in np.flatnonzero(~fits).tolist():
+            # Counting every new peer as new says no; the exact test knows old ones.
+            fits[ch] = _fits(self.send_peers[ch], to, limit) and _fits(self.recv_peers[ch], came, limit)
+        if not fits.any():
+            return -1
+        ids = np.fromiter((i for _, i, _ in uses), dtype=np.int64, count=len(uses))
+        messages = np.fromiter((n for _, _, n in uses), dtype=np.int64, count=len(uses))
+        cost = (self.load[:, ids] + messages).max(axis=1)
+        cost[~fits] = np.iinfo(np.int64).max
+        return int(np.argmin(cost))  # the first of the cheapest
 
-    def add(self, uses: list[tuple[tuple[int, int], int]], ch: int) -> None:
-        sends, recvs, loads = self.send_peers[ch], self.recv_peers[ch], self.load[ch]
-        for (a, b), n in uses:
-            loads[(a, b)] = loads.get((a, b), 0) + n
-            sends.setdefault(a, set()).add(b)
-            recvs.setdefault(b, set()).add(a)
+    def add(self, uses: list[tuple[tuple[int, int], int, int]], ch: int) -> None:
+        sends, recvs, load = self.send_peers[ch], self.recv_peers[ch], self.load[ch]
+        send_count, recv_count = self.send_count[ch], self.recv_count[ch]
+        for (a, b), i, n in uses:
+            load[i] += n
+            peers = sends.setdefault(a, set())
+            if b not in peers:
+                peers.add(b)
+                send_count[a] += 1
+            peers = recvs.setdefault(b, set())
+            if a not in peers:
+                peers.add(a)
+                recv_count[b] += 1
+
+
+def _room(count: np.ndarray, new: dict[int, list[int]], limit: int) -> np.ndarray:
+    """Per channel, whether every rank of `new` stays within `limit` peers even if all
+    its new peers are new to it (then the exact test is not needed)."""
+    ranks = np.fromiter(new.keys(), dtype=np.int64, count=len(new))
+    more = np.fromiter((len(v) for v in new.values()), dtype=np.int64, count=len(new))
+    return (count[:, ranks] + more <= limit).all(axis=1)
 
 
 def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> bool:
