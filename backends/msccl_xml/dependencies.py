@@ -68,13 +68,10 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
             visits.append((at, t, i, hs))
     visits.sort()  # places are distinct
 
-    # What is known complete once a step is done: per threadblock, its last step known
-    # done (-1: none). A list per step, so that copying and merging run in C.
-    known_after: list[list[list[int]]] = [[None] * len(tb.steps) for tb in gpu.tbs]  # type: ignore[list-item]
-    waits: list[list[list[tuple[int, int]]]] = [[[] for _ in tb.steps] for tb in gpu.tbs]
-    nothing = [-1] * ntbs
+    # Per step, the last step of each other threadblock it must follow (from the halves'
+    # predecessors); only those steps can be waited for.
+    needs: list[dict[int, int]] = []
     for at, t, i, hs in visits:
-        known = (known_after[t][i - 1] if i > 0 else nothing)[:]
         needed: dict[int, int] = {}
         for h in hs:
             for p in preds[h]:
@@ -85,6 +82,18 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
                     continue
                 if needed.get(pt, -1) < pi:
                     needed[pt] = pi
+        needs.append(needed)
+    may_wait_for = {target for needed in needs for target in needed.items()}
+
+    # What is known complete once a step is done: per threadblock, its last step known
+    # done (-1: none); a list, so that merging runs in C. `current` holds it for the last
+    # step visited of each threadblock (what its next step starts from); `kept`, a copy
+    # for each step that may be waited for.
+    current: list[list[int]] = [[-1] * ntbs for _ in range(ntbs)]
+    kept: dict[tuple[int, int], list[int]] = {}
+    waits: list[list[list[tuple[int, int]]]] = [[[] for _ in tb.steps] for tb in gpu.tbs]
+    for (at, t, i, _), needed in zip(visits, needs):
+        known = current[t]
         if needed:
             mine = waits[t][i]
             for target in sorted(needed.items(), key=place.__getitem__, reverse=True):
@@ -94,10 +103,12 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
                 if place[target] >= at:
                     raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for a later step")
                 mine.append(target)
-                known = list(map(max, known, known_after[wt][wi]))
+                known = list(map(max, known, kept[target]))
             mine.sort()
         known[t] = i
-        known_after[t][i] = known
+        current[t] = known
+        if (t, i) in may_wait_for:
+            kept[(t, i)] = known[:]
 
     # Number the steps (nops included), then write the waits with those numbers.
     number: dict[tuple[int, int], int] = {}
