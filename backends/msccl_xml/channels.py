@@ -99,6 +99,16 @@ class PlanCache:
         self.step_types = [_STEP_TYPE[h.kind] for h in halves]
         self.chains = _chains(halves, candidates, self.places)
         self.matchings: dict[tuple, list[tuple[int, int]]] = {}
+        # Connections: (sender, receiver) of each transfer of instance 0, numbered.
+        self.conn_of: dict[tuple[int, int], tuple[int, int]] = {}
+        for h in halves:
+            if h.kind is HalfKind.SEND and h.instance == 0:
+                self.conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
+        self.conn_number = {conn: i for i, conn in enumerate(dict.fromkeys(self.conn_of.values()))}
+        self.ranks = 1 + max((max(conn) for conn in self.conn_number), default=0)
+        conn_of, number = self.conn_of, self.conn_number
+        self.chain_uses = [_Uses([(conn, number[conn], n) for conn, n in Counter(map(conn_of.__getitem__, chain)).items()])
+                           for chain in self.chains]
 
 
 def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
@@ -112,7 +122,7 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
         candidates = fusion_candidates(halves, preds)
     if cache is None:
         cache = PlanCache(halves, candidates)
-    base = _assign_channels(halves, cache.chains, c)
+    base = _assign_channels(cache, c)
     if base is None:
         return None
     channel_of = {h.id: base[(h.key.position, h.key.piece)] + h.instance * c for h in halves if not h.is_local}
@@ -170,8 +180,7 @@ def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]], pla
     return [[transfers[t] for t in c] for c in chains]
 
 
-def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]]], c: int
-                     ) -> dict[tuple[int, int], int] | None:
+def _assign_channels(cache: PlanCache, c: int) -> dict[tuple[int, int], int] | None:
     """Channel of every transfer (of instance 0), or None when the peer limits cannot hold.
 
     Each chain goes to the channel where its busiest connection would carry the fewest
@@ -180,33 +189,47 @@ def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]
     a large cluster one chunk's chain can fan out from a rank to more peers than a
     channel holds) is placed one connection at a time, by the same rule: its forwards
     across two channels then do not fuse, which costs steps, not correctness."""
-    conn_of: dict[tuple[int, int], tuple[int, int]] = {}
-    for h in halves:
-        if h.kind is HalfKind.SEND and h.instance == 0:
-            conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
-    conn_number: dict[tuple[int, int], int] = {conn: i for i, conn in enumerate(dict.fromkeys(conn_of.values()))}
-    ranks = 1 + max((max(conn) for conn in conn_number), default=0)
-    table = _ChannelTable(c, ranks, len(conn_number))
+    conn_of = cache.conn_of
+    table = _ChannelTable(c, cache.ranks, len(cache.conn_number))
     channel: dict[tuple[int, int], int] = {}
-    for chain in chains:
-        uses = [(conn, conn_number[conn], n) for conn, n in Counter(conn_of[t] for t in chain).items()]
+    for chain, uses in zip(cache.chains, cache.chain_uses):
         best = table.best(uses)
         if best >= 0:
             table.add(uses, best)
-            for t in chain:
-                channel[t] = best
+            channel.update(dict.fromkeys(chain, best))
             continue
-        if len(uses) == 1:
+        if len(uses.items) == 1:
             return None
-        for use in uses:
-            best = table.best([use])
+        for use in uses.items:
+            one = _Uses([use])
+            best = table.best(one)
             if best < 0:
                 return None
-            table.add([use], best)
+            table.add(one, best)
             for t in chain:
                 if conn_of[t] == use[0]:
                     channel[t] = best
     return channel
+
+
+class _Uses:
+    """The connections a chain uses, ((sender, receiver), connection number, messages)
+    each, and what `_ChannelTable` asks of them, as arrays."""
+
+    def __init__(self, items: list[tuple[tuple[int, int], int, int]]):
+        self.items = items
+        # The chain's own peers count too: it may add several to one rank.
+        self.to: dict[int, list[int]] = {}
+        self.came: dict[int, list[int]] = {}
+        for (a, b), _, _ in items:
+            self.to.setdefault(a, []).append(b)
+            self.came.setdefault(b, []).append(a)
+        self.ids = np.array([i for _, i, _ in items], dtype=np.int64)
+        self.messages = np.array([n for _, _, n in items], dtype=np.int64)
+        self.senders = np.array(list(self.to), dtype=np.int64)
+        self.new_receivers = np.array([len(v) for v in self.to.values()], dtype=np.int64)
+        self.receivers = np.array(list(self.came), dtype=np.int64)
+        self.new_senders = np.array([len(v) for v in self.came.values()], dtype=np.int64)
 
 
 class _ChannelTable:
@@ -223,32 +246,27 @@ class _ChannelTable:
         self.send_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
         self.recv_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
 
-    def best(self, uses: list[tuple[tuple[int, int], int, int]]) -> int:
-        """The channel for connections `uses` ((sender, receiver), connection number,
-        messages), -1 if none has room; the lowest channel among the least loaded."""
+    def best(self, uses: _Uses) -> int:
+        """The channel for the connections `uses`, -1 if none has room; the lowest
+        channel among the least loaded."""
         limit = MAX_TBS_PER_CHANNEL
-        # The chain's own peers count too: it may add several to one rank.
-        to: dict[int, list[int]] = {}
-        came: dict[int, list[int]] = {}
-        for (a, b), _, _ in uses:
-            to.setdefault(a, []).append(b)
-            came.setdefault(b, []).append(a)
-        fits = (_room(self.send_count, to, limit)) & (_room(self.recv_count, came, limit))
-        for ch in np.flatnonzero(~fits).tolist():
-            # Counting every new peer as new says no; the exact test knows old ones.
-            fits[ch] = _fits(self.send_peers[ch], to, limit) and _fits(self.recv_peers[ch], came, limit)
-        if not fits.any():
-            return -1
-        ids = np.fromiter((i for _, i, _ in uses), dtype=np.int64, count=len(uses))
-        messages = np.fromiter((n for _, _, n in uses), dtype=np.int64, count=len(uses))
-        cost = (self.load[:, ids] + messages).max(axis=1)
+        # Counting every new peer as new to its rank decides most channels at once; the
+        # exact test (which knows the old peers) runs only where that says no.
+        fits = ((self.send_count[:, uses.senders] + uses.new_receivers <= limit).all(axis=1)
+                & (self.recv_count[:, uses.receivers] + uses.new_senders <= limit).all(axis=1))
+        if not fits.all():
+            for ch in np.flatnonzero(~fits).tolist():
+                fits[ch] = _fits(self.send_peers[ch], uses.to, limit) and _fits(self.recv_peers[ch], uses.came, limit)
+            if not fits.any():
+                return -1
+        cost = (self.load[:, uses.ids] + uses.messages).max(axis=1)
         cost[~fits] = np.iinfo(np.int64).max
         return int(np.argmin(cost))  # the first of the cheapest
 
-    def add(self, uses: list[tuple[tuple[int, int], int, int]], ch: int) -> None:
+    def add(self, uses: _Uses, ch: int) -> None:
         sends, recvs, load = self.send_peers[ch], self.recv_peers[ch], self.load[ch]
         send_count, recv_count = self.send_count[ch], self.recv_count[ch]
-        for (a, b), i, n in uses:
+        for (a, b), i, n in uses.items:
             load[i] += n
             peers = sends.setdefault(a, set())
             if b not in peers:
@@ -258,14 +276,6 @@ class _ChannelTable:
             if a not in peers:
                 peers.add(a)
                 recv_count[b] += 1
-
-
-def _room(count: np.ndarray, new: dict[int, list[int]], limit: int) -> np.ndarray:
-    """Per channel, whether every rank of `new` stays within `limit` peers even if all
-    its new peers are new to it (then the exact test is not needed)."""
-    ranks = np.fromiter(new.keys(), dtype=np.int64, count=len(new))
-    more = np.fromiter((len(v) for v in new.values()), dtype=np.int64, count=len(new))
-    return (count[:, ranks] + more <= limit).all(axis=1)
 
 
 def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> bool:
