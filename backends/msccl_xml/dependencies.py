@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from collc.backends.msccl_xml.model import StepType
 from collc.backends.msccl_xml.program import LGpu, LStep, Program, Stage, remember_last
 from collc.diagnostics import CollcError
@@ -86,11 +88,11 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
     may_wait_for = {target for needed in needs for target in needed.items()}
 
     # What is known complete once a step is done: per threadblock, its last step known
-    # done (-1: none); a list, so that merging runs in C. `current` holds it for the last
-    # step visited of each threadblock (what its next step starts from); `kept`, a copy
-    # for each step that may be waited for.
-    current: list[list[int]] = [[-1] * ntbs for _ in range(ntbs)]
-    kept: dict[tuple[int, int], list[int]] = {}
+    # done (-1: none); an array (a GPU may have a hundred threadblocks, and waits merge
+    # these). `current` holds it for the last step visited of each threadblock (what its
+    # next step starts from); `kept`, a copy for each step that may be waited for.
+    current = list(np.full((ntbs, ntbs), -1, dtype=np.int64))
+    kept: dict[tuple[int, int], np.ndarray] = {}
     waits: list[list[list[tuple[int, int]]]] = [[[] for _ in tb.steps] for tb in gpu.tbs]
     for (at, t, i, _), needed in zip(visits, needs):
         known = current[t]
@@ -103,12 +105,12 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
                 if place[target] >= at:
                     raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for a later step")
                 mine.append(target)
-                known = list(map(max, known, kept[target]))
+                known = np.maximum(known, kept[target])
             mine.sort()
         known[t] = i
         current[t] = known
         if (t, i) in may_wait_for:
-            kept[(t, i)] = known[:]
+            kept[(t, i)] = known.copy()
 
     # Number the steps (nops included), then write the waits with those numbers.
     number: dict[tuple[int, int], int] = {}
