@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from collc.backends.msccl_xml.model import StepType
 from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places
 from collc.diagnostics import CollcError
 
@@ -96,7 +95,9 @@ class PlanCache:
     def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]],
                  places: tuple[int, ...] | None = None):
         self.places = key_places(halves) if places is None else places
-        self.step_types = [_STEP_TYPE[h.kind] for h in halves]
+        # The one-half step of each half, as `_finish` puts it in a threadblock (every
+        # channel count tried gives each half this same step).
+        self.single_steps = [LStep(_STEP_TYPE[h.kind], (h.id,)) for h in halves]
         self.chains = _chains(halves, candidates, self.places)
         self.matchings: dict[tuple, list[tuple[int, int]]] = {}
         # Connections: (sender, receiver) of each transfer of instance 0, numbered.
@@ -134,7 +135,7 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
         for t in tbs:
             for h in t.halves:
                 channel_of[h] = t.chan
-    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.step_types) for tbs in per_rank), channel_of, steps,
+    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), channel_of, steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
@@ -432,14 +433,14 @@ def _largest(per_rank: list[list[_Tb]], halves: tuple[Half, ...], candidates: li
     return best
 
 
-def _finish(tbs: list[_Tb], places: tuple[int, ...], step_of: list[StepType]) -> tuple[LThreadblock, ...]:
+def _finish(tbs: list[_Tb], places: tuple[int, ...], single_steps: list[LStep]) -> tuple[LThreadblock, ...]:
     for tb in tbs:
         tb.halves.sort(key=places.__getitem__)
     # (An empty threadblock sorts first among those with the same peers and channel.)
     ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, places[tb.halves[0]] if tb.halves else -1))
     out = []
     for i, tb in enumerate(ordered):
-        steps = tuple([LStep(step_of[h], (h,)) for h in tb.halves])
+        steps = tuple(map(single_steps.__getitem__, tb.halves))
         out.append(LThreadblock(i, tb.send, tb.recv, tb.chan, steps))
     return tuple(out)
 
