@@ -100,6 +100,16 @@ class PlanCache:
         self.single_steps = [LStep(_STEP_TYPE[h.kind], (h.id,)) for h in halves]
         self.chains = _chains(halves, candidates, self.places)
         self.matchings: dict[tuple, list[tuple[int, int]]] = {}
+        # Every half of a transfer, in order: id, (position, piece) of its transfer,
+        # instance, rank, peer, whether it sends.
+        self.moving = [h.id for h in halves if h.peer >= 0]
+        self.transfer = [(halves[h].key.position, halves[h].key.piece) for h in self.moving]
+        self.instance = [halves[h].instance for h in self.moving]
+        self.rank = [halves[h].rank for h in self.moving]
+        self.peer = [halves[h].peer for h in self.moving]
+        self.sends = [halves[h].kind is HalfKind.SEND for h in self.moving]
+        # (rank, receive peer, send peer) of each fusion candidate.
+        self.candidate_peers = [(halves[a].rank, halves[a].peer, halves[b].peer) for a, b in candidates]
         # Connections: (sender, receiver) of each transfer of instance 0, numbered.
         self.conn_of: dict[tuple[int, int], tuple[int, int]] = {}
         for h in halves:
@@ -126,8 +136,11 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
     base = _assign_channels(cache, c)
     if base is None:
         return None
-    channel_of = {h.id: base[(h.key.position, h.key.piece)] + h.instance * c for h in halves if not h.is_local}
-    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps, cache.matchings, cache.places)
+    chans = list(map(base.__getitem__, cache.transfer))
+    if instances > 1:
+        chans = [ch + j * c for ch, j in zip(chans, cache.instance)]
+    channel_of = dict(zip(cache.moving, chans))
+    per_rank = _build(halves, preds, candidates, channel_of, chans, ranks, c, max_steps, cache)
     if per_rank is None:
         return None
     rank, steps, tb = _largest(per_rank, halves, candidates)
@@ -291,22 +304,19 @@ def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> 
     return True
 
 
-def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
-           channel_of: dict[int, int], ranks: int, c: int, max_steps: int,
-           matchings: dict[tuple, list[tuple[int, int]]], places: tuple[int, ...]) -> list[list[_Tb]] | None:
+def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: Sequence[tuple[int, int]],
+           channel_of: dict[int, int], chans: list[int], ranks: int, c: int, max_steps: int,
+           cache: PlanCache) -> list[list[_Tb]] | None:
+    """`chans`: the channel of each of `cache.moving`, as `channel_of` has it."""
     sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rank, peer, chan) -> halves
     recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    for h in halves:
-        if h.kind is HalfKind.SEND:
-            sends[(h.rank, h.peer, channel_of[h.id])].append(h.id)
-        elif h.kind.receives:
-            recvs[(h.rank, h.peer, channel_of[h.id])].append(h.id)
+    for h, rank, peer, ch, is_send in zip(cache.moving, cache.rank, cache.peer, chans, cache.sends):
+        (sends if is_send else recvs)[(rank, peer, ch)].append(h)
     weight: dict[tuple[int, int], Counter] = defaultdict(Counter)  # (rank, chan) -> (recv peer, send peer)
-    for a, b in candidates:
-        ha, hb = halves[a], halves[b]
+    for (a, b), (rank, p, q) in zip(candidates, cache.candidate_peers):
         ch = channel_of[a]
         if channel_of[b] == ch:  # a chain split over channels (see _assign_channels) cannot fuse there
-            weight[(ha.rank, ch)][(ha.peer, hb.peer)] += 1
+            weight[(rank, ch)][(p, q)] += 1
 
     groups: dict[tuple[int, int], tuple[set[int], set[int]]] = defaultdict(lambda: (set(), set()))
     for rank, peer, ch in sends:
@@ -316,7 +326,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
 
     per_rank: list[list[_Tb]] = [[] for _ in range(ranks)]
     for (rank, ch), (send_peers, recv_peers) in sorted(groups.items()):
-        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], matchings)
+        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], cache.matchings)
         if pairs is None:
             return None
         for q, p in pairs:
@@ -326,7 +336,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
             if p >= 0:
                 tb.halves += recvs[(rank, p, ch)]
             per_rank[rank].append(tb)
-    _place_locals(halves, preds, per_rank, c, max_steps, places)
+    _place_locals(halves, preds, per_rank, c, max_steps, cache.places)
     for r in range(ranks):
         if not per_rank[r]:
             # The executor launches one CUDA block per threadblock; a GPU with nothing to
