@@ -20,7 +20,9 @@ from dataclasses import dataclass, replace
 
 from collc.backends.msccl_xml.channels import fusion_candidates
 from collc.backends.msccl_xml.model import StepType
-from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, Program, Stage, remember_last
+from collc.backends.msccl_xml.program import (
+    Half, HalfKind, LThreadblock, Program, Stage, make_step, remember_last,
+)
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -60,12 +62,22 @@ def _fuse_tb(tb: LThreadblock, program: Program, forwards: dict[int, list[int]],
             sends = sorted(sends, key=place.__getitem__)
         at = place[a]
         for b in sends:
-            if b in in_tb and b not in fused_sends and _may_fuse(a, at, b, place[b], preds[b], place, send_places):
-                partner[a] = b
-                fused_sends.add(b)
-                send_places.remove(place[b])
-                bisect.insort(send_places, at)
-                break
+            if b not in in_tb or b in fused_sends:
+                continue
+            # The fused step runs at a's place: b may wait for nothing at or after it.
+            if any(p != a and place[p] >= at for p in preds[b]):
+                continue
+            # The send moves from its own place back to a's. A send placed in between
+            # carries an earlier message than b's and would then leave after it.
+            bt = place[b]
+            lo = bisect.bisect_right(send_places, at)
+            if send_places[lo] != bt:
+                continue
+            partner[a] = b
+            fused_sends.add(b)
+            del send_places[lo]  # b's place: no send lies between at and it
+            send_places.insert(lo, at)
+            break
     if not partner:  # nothing fused: the steps stay as they are
         return tb
     steps = []
@@ -73,19 +85,8 @@ def _fuse_tb(tb: LThreadblock, program: Program, forwards: dict[int, list[int]],
         if h in fused_sends:
             continue
         b = partner.get(h)
-        steps.append(step if b is None else LStep(_fused_type(halves[h], b, sole), (h, b)))
-    return replace(tb, steps=tuple(steps))
-
-
-def _may_fuse(a: int, at: int, b: int, bt: int, b_preds: tuple[int, ...], place: tuple[int, ...],
-              send_places: list[int]) -> bool:
-    """Whether receive `a` (at place `at`) may fuse with send `b` (at `bt`)."""
-    if any(p != a and place[p] >= at for p in b_preds):
-        return False
-    # The send moves from its own place back to a's. A send placed in between carries an
-    # earlier message than b's and would then leave after it.
-    lo = bisect.bisect_right(send_places, at)
-    return send_places[lo] == bt
+        steps.append(step if b is None else make_step(_fused_type(halves[h], b, sole), (h, b)))
+    return LThreadblock(tb.id, tb.send, tb.recv, tb.chan, tuple(steps))
 
 
 def _fused_type(receive: Half, send: int, sole: dict[int, int]) -> StepType:

@@ -145,6 +145,21 @@ class LStep:
     hasdep: bool = False
 
 
+# LStep(...) field by field without the frozen dataclass's __init__ (which sets each
+# through object.__setattr__): fusing and numbering make one per step.
+_new_step = object.__new__
+_SET_STEP = tuple(LStep.__dict__[name].__set__ for name in LStep.__slots__)
+assert LStep.__slots__ == ("type", "halves", "wait", "hasdep")
+
+
+def make_step(type: StepType, halves: tuple[int, ...], wait: tuple[int, int] | None = None,
+              hasdep: bool = False) -> LStep:
+    """`LStep(type, halves, wait, hasdep)`, at half the cost."""
+    step = _new_step(LStep)
+    _SET_STEP[0](step, type), _SET_STEP[1](step, halves), _SET_STEP[2](step, wait), _SET_STEP[3](step, hasdep)
+    return step
+
+
 @dataclass(frozen=True, slots=True)
 class LThreadblock:
     id: int
