@@ -7,11 +7,19 @@ process with the driver's garbage-collector setting. Peak memory is the process'
 
     python3 bench/lowering_stages.py "ring(256)" allreduce --algorithm ring
     python3 bench/lowering_stages.py "dgx_h100(nodes=16)" allgather
+
+Synthesis of a large cluster takes longer than its lowering; `--save FILE` keeps the
+schedule (a pickle, with its topology) and `--load FILE` times the lowering of a kept
+one, so that two versions of the lowering can be compared on the same schedule:
+
+    python3 bench/lowering_stages.py "dgx_h100(nodes=128)" allgather --save h128.pkl
+    python3 bench/lowering_stages.py --load h128.pkl
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
 import resource
 import tempfile
 import time
@@ -22,17 +30,23 @@ from collc.backends import BackendOptions, get_backend
 from collc.backends.msccl_xml.program import coll_token
 from collc.driver import CompileJob, produce_schedule
 from collc.ir.heap import few_collections
-from collc.passes.base import parse_pipeline
+from collc.passes.base import CompileUnit, parse_pipeline
 from collc.verify import verify
 
 
-def stages(topology: str, collective: str, algorithm: str | None, size: int) -> list[tuple[str, float]]:
+def schedule_unit(topology: str, collective: str, algorithm: str | None, size: int) -> CompileUnit:
+    """The schedule `collc compile` would lower (synthesized with the backend's op budget
+    where no algorithm is given)."""
     topo = frontend.resolve_topology(topology, None)
     coll = frontend.resolve_collective(collective, topo.num_ranks, None)
-    back = get_backend("msccl-xml")
-    budget = None if algorithm else back.op_budget(coll.ranks)
+    budget = None if algorithm else get_backend("msccl-xml").op_budget(coll.ranks)
     unit, _ = produce_schedule(CompileJob(topo, coll, size, algorithm=algorithm), budget)
-    coll_token(unit.schedule.collective)  # the standard collective it compares with: built by the front end
+    return unit
+
+
+def stages(unit: CompileUnit) -> list[tuple[str, float]]:
+    back = get_backend("msccl-xml")
+    coll_token(unit.schedule.collective)  # the driver checks the collective before solving, as here
     options = BackendOptions()
     out: list[tuple[str, float]] = [("schedule ops", float(len(unit.schedule.ops)))]
     for p in parse_pipeline(back.lowering(options)):
@@ -53,13 +67,26 @@ def stages(topology: str, collective: str, algorithm: str | None, size: int) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("topology")
-    ap.add_argument("collective")
+    ap.add_argument("topology", nargs="?")
+    ap.add_argument("collective", nargs="?")
     ap.add_argument("--algorithm", default=None)
     ap.add_argument("--size", type=int, default=1 << 30)
+    ap.add_argument("--save", type=Path, help="keep the schedule in this file (a pickle) before timing")
+    ap.add_argument("--load", type=Path, help="time the lowering of a schedule kept with --save")
     args = ap.parse_args()
+    if args.load is None and (args.topology is None or args.collective is None):
+        ap.error("give a topology and a collective, or --load FILE")
     with few_collections():
-        rows = stages(args.topology, args.collective, args.algorithm, args.size)
+        if args.load is not None:
+            with open(args.load, "rb") as f:
+                schedule, topology, size = pickle.load(f)
+            unit = CompileUnit(topology, schedule.collective, size, schedule)
+        else:
+            unit = schedule_unit(args.topology, args.collective, args.algorithm, args.size)
+            if args.save is not None:
+                with open(args.save, "wb") as f:
+                    pickle.dump((unit.schedule, unit.topology, unit.size_bytes), f, protocol=pickle.HIGHEST_PROTOCOL)
+        rows = stages(unit)
     print(f"| stage | CPU s |\n|---|---|")
     total = 0.0
     for name, value in rows:

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, replace
 
 from collc.backends.msccl_xml.model import BufferName, Protocol, StepType, XmlAlgo, XmlGpu, XmlStep, XmlThreadblock
-from collc.backends.msccl_xml.program import ROOTED, Half, LStep, Program, Slot, Stage
+from collc.backends.msccl_xml.program import ROOTED, Half, LStep, Program, Stage
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -43,9 +43,9 @@ def assemble(program: Program, *, proto: Protocol = Protocol.SIMPLE, min_bytes: 
         raise CollcError(f"msccl-assemble: maxBytes={max_bytes} is below minBytes={min_bytes}; no message size "
                          "would select the file (maxBytes=0 means no upper limit)")
     gpus = []
+    halves = program.halves
     for g in program.gpus:
-        tbs = [XmlThreadblock(tb.id, tb.send, tb.recv, tb.chan,
-                              [_step(s, step, program) for s, step in enumerate(tb.steps)]) for tb in g.tbs]
+        tbs = [XmlThreadblock(tb.id, tb.send, tb.recv, tb.chan, _steps(tb.steps, halves)) for tb in g.tbs]
         gpus.append(XmlGpu(g.rank, g.i_chunks, g.o_chunks, g.s_chunks, tbs))
     extra = {}
     if program.collective.kind in ROOTED:
@@ -63,22 +63,27 @@ def algo_name(base: str, program: Program) -> str:
     return text[:120]
 
 
-def _step(s: int, step: LStep, program: Program) -> XmlStep:
-    depid, deps = step.wait if step.wait is not None else (-1, -1)
-    if step.type is StepType.NOP:
-        return XmlStep(s, StepType.NOP, BufferName.INPUT, -1, BufferName.OUTPUT, -1, 0, depid, deps, False)
-    first: Half = program.halves[step.halves[0]]
-    src, dst = _operands(step.type, first)
-    return XmlStep(s, step.type, src.buffer, src.index, dst.buffer, dst.index, first.count, depid, deps,
-                   step.hasdep)
+# Step types written with their first half's own src and dst (for r and rcs the first
+# half is the receive: its src is where the sender reads). rrc, rrs and rrcs: the executor
+# adds src (local) into what arrives, in place on dst, so src is dst. A frozenset: a
+# tuple test compares str-enum members with == one by one (Python code).
+_OWN_OPERANDS = frozenset((StepType.SEND, StepType.RECV, StepType.RECV_COPY_SEND, StepType.COPY, StepType.REDUCE))
 
 
-def _operands(kind: StepType, first: Half) -> tuple[Slot, Slot]:
-    if kind in (StepType.SEND, StepType.RECV, StepType.RECV_COPY_SEND, StepType.COPY, StepType.REDUCE):
-        # For r and rcs, `first` is the receive: its src is where the sender reads.
-        return first.src, first.dst
-    # rrc, rrs, rrcs: the executor adds src (local) into what arrives; in place on dst.
-    return first.dst, first.dst
+def _steps(steps: tuple[LStep, ...], halves: tuple[Half, ...]) -> list[XmlStep]:
+    """The XML steps of a threadblock (one loop: it runs once per step)."""
+    out = []
+    nop, own = StepType.NOP, _OWN_OPERANDS
+    for s, step in enumerate(steps):
+        kind = step.type
+        depid, deps = step.wait if step.wait is not None else (-1, -1)
+        if kind is nop:
+            out.append(XmlStep(s, nop, BufferName.INPUT, -1, BufferName.OUTPUT, -1, 0, depid, deps, False))
+            continue
+        first = halves[step.halves[0]]
+        src, dst = (first.src if kind in own else first.dst), first.dst
+        out.append(XmlStep(s, kind, src[0], src[1], dst[0], dst[1], first.count, depid, deps, step.hasdep))
+    return out
 
 
 @register_pass

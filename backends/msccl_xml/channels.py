@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 
-from collc.backends.msccl_xml.program import Half, HalfKey, HalfKind, LStep, LThreadblock
+from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places
 from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
@@ -91,9 +92,34 @@ class PlanCache:
     """What does not depend on the channel count, found once for all the counts tried:
     the chains, and the matchings of `_pair` (see `_matching`)."""
 
-    def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]):
-        self.chains = _chains(halves, candidates)
+    def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]],
+                 places: tuple[int, ...] | None = None):
+        self.places = key_places(halves) if places is None else places
+        # The one-half step of each half, as `_finish` puts it in a threadblock (every
+        # channel count tried gives each half this same step).
+        self.single_steps = [LStep(_STEP_TYPE[h.kind], (h.id,)) for h in halves]
+        self.chains = _chains(halves, candidates, self.places)
         self.matchings: dict[tuple, list[tuple[int, int]]] = {}
+        # Every half of a transfer, in order: id, (position, piece) of its transfer,
+        # instance, rank, peer, whether it sends.
+        self.moving = [h.id for h in halves if h.peer >= 0]
+        self.transfer = [(halves[h].key.position, halves[h].key.piece) for h in self.moving]
+        self.instance = [halves[h].instance for h in self.moving]
+        self.rank = [halves[h].rank for h in self.moving]
+        self.peer = [halves[h].peer for h in self.moving]
+        self.sends = [halves[h].kind is HalfKind.SEND for h in self.moving]
+        # (rank, receive peer, send peer) of each fusion candidate.
+        self.candidate_peers = [(halves[a].rank, halves[a].peer, halves[b].peer) for a, b in candidates]
+        # Connections: (sender, receiver) of each transfer of instance 0, numbered.
+        self.conn_of: dict[tuple[int, int], tuple[int, int]] = {}
+        for h in halves:
+            if h.kind is HalfKind.SEND and h.instance == 0:
+                self.conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
+        self.conn_number = {conn: i for i, conn in enumerate(dict.fromkeys(self.conn_of.values()))}
+        self.ranks = 1 + max((max(conn) for conn in self.conn_number), default=0)
+        conn_of, number = self.conn_of, self.conn_number
+        self.chain_uses = [_Uses([(conn, number[conn], n) for conn, n in Counter(map(conn_of.__getitem__, chain)).items()])
+                           for chain in self.chains]
 
 
 def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
@@ -107,11 +133,14 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
         candidates = fusion_candidates(halves, preds)
     if cache is None:
         cache = PlanCache(halves, candidates)
-    base = _assign_channels(halves, cache.chains, c)
+    base = _assign_channels(cache, c)
     if base is None:
         return None
-    channel_of = {h.id: base[(h.key.position, h.key.piece)] + h.instance * c for h in halves if not h.is_local}
-    per_rank = _build(halves, preds, candidates, channel_of, ranks, c, max_steps, cache.matchings)
+    chans = list(map(base.__getitem__, cache.transfer))
+    if instances > 1:
+        chans = [ch + j * c for ch, j in zip(chans, cache.instance)]
+    channel_of = dict(zip(cache.moving, chans))
+    per_rank = _build(halves, preds, candidates, channel_of, chans, ranks, c, max_steps, cache)
     if per_rank is None:
         return None
     rank, steps, tb = _largest(per_rank, halves, candidates)
@@ -119,11 +148,12 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
         for t in tbs:
             for h in t.halves:
                 channel_of[h] = t.chan
-    return TbPlan(c, tuple(_finish(tbs, halves) for tbs in per_rank), channel_of, steps,
+    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), channel_of, steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
-def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]], places: tuple[int, ...]
+            ) -> list[list[tuple[int, int]]]:
     """Transfers of instance 0, as (position, piece), grouped into chains in time order.
 
     The chains are the connected components of the candidate links, found with a
@@ -131,14 +161,16 @@ def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> 
     seconds)."""
     number: dict[tuple[int, int], int] = {}  # (position, piece) -> transfer number
     transfers: list[tuple[int, int]] = []
-    message: list[tuple] = []
+    # The place of each transfer's send half: sends differ from each other only in the
+    # part of the key both ends share (`HalfKey.message`), so this orders the messages.
+    message: list[int] = []
     send = HalfKind.SEND
     for h in halves:
         if h.kind is send and h.instance == 0:
             k = h.key
             number[(k.position, k.piece)] = len(transfers)
             transfers.append((k.position, k.piece))
-            message.append(k.message)
+            message.append(places[h.id])
     parent = list(range(len(transfers)))
 
     def root(t: int) -> int:
@@ -162,8 +194,7 @@ def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]]) -> 
     return [[transfers[t] for t in c] for c in chains]
 
 
-def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]]], c: int
-                     ) -> dict[tuple[int, int], int] | None:
+def _assign_channels(cache: PlanCache, c: int) -> dict[tuple[int, int], int] | None:
     """Channel of every transfer (of instance 0), or None when the peer limits cannot hold.
 
     Each chain goes to the channel where its busiest connection would carry the fewest
@@ -172,65 +203,93 @@ def _assign_channels(halves: tuple[Half, ...], chains: list[list[tuple[int, int]
     a large cluster one chunk's chain can fan out from a rank to more peers than a
     channel holds) is placed one connection at a time, by the same rule: its forwards
     across two channels then do not fuse, which costs steps, not correctness."""
-    conn_of: dict[tuple[int, int], tuple[int, int]] = {}
-    for h in halves:
-        if h.kind is HalfKind.SEND and h.instance == 0:
-            conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
-    table = _ChannelTable(c)
+    conn_of = cache.conn_of
+    table = _ChannelTable(c, cache.ranks, len(cache.conn_number))
     channel: dict[tuple[int, int], int] = {}
-    for chain in chains:
-        uses = list(Counter(conn_of[t] for t in chain).items())
+    for chain, uses in zip(cache.chains, cache.chain_uses):
         best = table.best(uses)
         if best >= 0:
             table.add(uses, best)
-            for t in chain:
-                channel[t] = best
+            channel.update(dict.fromkeys(chain, best))
             continue
-        if len(uses) == 1:
+        if len(uses.items) == 1:
             return None
-        for use in uses:
-            best = table.best([use])
+        for use in uses.items:
+            one = _Uses([use])
+            best = table.best(one)
             if best < 0:
                 return None
-            table.add([use], best)
+            table.add(one, best)
             for t in chain:
                 if conn_of[t] == use[0]:
                     channel[t] = best
     return channel
 
 
-class _ChannelTable:
-    """Per channel: messages per connection, and each rank's send and receive peers."""
+class _Uses:
+    """The connections a chain uses, ((sender, receiver), connection number, messages)
+    each, and what `_ChannelTable` asks of them, as arrays."""
 
-    def __init__(self, c: int):
-        self.load: list[dict[tuple[int, int], int]] = [{} for _ in range(c)]
+    def __init__(self, items: list[tuple[tuple[int, int], int, int]]):
+        self.items = items
+        # The chain's own peers count too: it may add several to one rank.
+        self.to: dict[int, list[int]] = {}
+        self.came: dict[int, list[int]] = {}
+        for (a, b), _, _ in items:
+            self.to.setdefault(a, []).append(b)
+            self.came.setdefault(b, []).append(a)
+        self.ids = np.array([i for _, i, _ in items], dtype=np.int64)
+        self.messages = np.array([n for _, _, n in items], dtype=np.int64)
+        self.senders = np.array(list(self.to), dtype=np.int64)
+        self.new_receivers = np.array([len(v) for v in self.to.values()], dtype=np.int64)
+        self.receivers = np.array(list(self.came), dtype=np.int64)
+        self.new_senders = np.array([len(v) for v in self.came.values()], dtype=np.int64)
+
+
+class _ChannelTable:
+    """Per channel: messages per connection, and each rank's send and receive peers.
+
+    The loads and peer counts are arrays (channel x connection, channel x rank), so that
+    a chain is weighed against every channel at once; the peer sets themselves are kept
+    for the exact test where the counts alone cannot decide."""
+
+    def __init__(self, c: int, ranks: int, connections: int):
+        self.load = np.zeros((c, connections), dtype=np.int64)
+        self.send_count = np.zeros((c, ranks), dtype=np.int64)
+        self.recv_count = np.zeros((c, ranks), dtype=np.int64)
         self.send_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
         self.recv_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
 
-    def best(self, uses: list[tuple[tuple[int, int], int]]) -> int:
-        """The channel for connections `uses` ((sender, receiver), messages), -1 if none has room."""
+    def best(self, uses: _Uses) -> int:
+        """The channel for the connections `uses`, -1 if none has room; the lowest
+        channel among the least loaded."""
         limit = MAX_TBS_PER_CHANNEL
-        # The chain's own peers count too: it may add several to one rank.
-        to: dict[int, list[int]] = {}
-        came: dict[int, list[int]] = {}
-        for (a, b), _ in uses:
-            to.setdefault(a, []).append(b)
-            came.setdefault(b, []).append(a)
-        best_cost, best = -1, -1
-        for ch, (sends, recvs, loads) in enumerate(zip(self.send_peers, self.recv_peers, self.load)):
-            if not (_fits(sends, to, limit) and _fits(recvs, came, limit)):
-                continue
-            cost = max(loads.get(conn, 0) + n for conn, n in uses)
-            if best < 0 or cost < best_cost:
-                best_cost, best = cost, ch
-        return best
+        # Counting every new peer as new to its rank decides most channels at once; the
+        # exact test (which knows the old peers) runs only where that says no.
+        fits = ((self.send_count[:, uses.senders] + uses.new_receivers <= limit).all(axis=1)
+                & (self.recv_count[:, uses.receivers] + uses.new_senders <= limit).all(axis=1))
+        if not fits.all():
+            for ch in np.flatnonzero(~fits).tolist():
+                fits[ch] = _fits(self.send_peers[ch], uses.to, limit) and _fits(self.recv_peers[ch], uses.came, limit)
+            if not fits.any():
+                return -1
+        cost = (self.load[:, uses.ids] + uses.messages).max(axis=1)
+        cost[~fits] = np.iinfo(np.int64).max
+        return int(np.argmin(cost))  # the first of the cheapest
 
-    def add(self, uses: list[tuple[tuple[int, int], int]], ch: int) -> None:
-        sends, recvs, loads = self.send_peers[ch], self.recv_peers[ch], self.load[ch]
-        for (a, b), n in uses:
-            loads[(a, b)] = loads.get((a, b), 0) + n
-            sends.setdefault(a, set()).add(b)
-            recvs.setdefault(b, set()).add(a)
+    def add(self, uses: _Uses, ch: int) -> None:
+        sends, recvs, load = self.send_peers[ch], self.recv_peers[ch], self.load[ch]
+        send_count, recv_count = self.send_count[ch], self.recv_count[ch]
+        for (a, b), i, n in uses.items:
+            load[i] += n
+            peers = sends.setdefault(a, set())
+            if b not in peers:
+                peers.add(b)
+                send_count[a] += 1
+            peers = recvs.setdefault(b, set())
+            if a not in peers:
+                peers.add(a)
+                recv_count[b] += 1
 
 
 def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> bool:
@@ -245,22 +304,19 @@ def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> 
     return True
 
 
-def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: list[tuple[int, int]],
-           channel_of: dict[int, int], ranks: int, c: int, max_steps: int,
-           matchings: dict[tuple, list[tuple[int, int]]]) -> list[list[_Tb]] | None:
+def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: Sequence[tuple[int, int]],
+           channel_of: dict[int, int], chans: list[int], ranks: int, c: int, max_steps: int,
+           cache: PlanCache) -> list[list[_Tb]] | None:
+    """`chans`: the channel of each of `cache.moving`, as `channel_of` has it."""
     sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rank, peer, chan) -> halves
     recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    for h in halves:
-        if h.kind is HalfKind.SEND:
-            sends[(h.rank, h.peer, channel_of[h.id])].append(h.id)
-        elif h.kind.receives:
-            recvs[(h.rank, h.peer, channel_of[h.id])].append(h.id)
+    for h, rank, peer, ch, is_send in zip(cache.moving, cache.rank, cache.peer, chans, cache.sends):
+        (sends if is_send else recvs)[(rank, peer, ch)].append(h)
     weight: dict[tuple[int, int], Counter] = defaultdict(Counter)  # (rank, chan) -> (recv peer, send peer)
-    for a, b in candidates:
-        ha, hb = halves[a], halves[b]
+    for (a, b), (rank, p, q) in zip(candidates, cache.candidate_peers):
         ch = channel_of[a]
         if channel_of[b] == ch:  # a chain split over channels (see _assign_channels) cannot fuse there
-            weight[(ha.rank, ch)][(ha.peer, hb.peer)] += 1
+            weight[(rank, ch)][(p, q)] += 1
 
     groups: dict[tuple[int, int], tuple[set[int], set[int]]] = defaultdict(lambda: (set(), set()))
     for rank, peer, ch in sends:
@@ -270,7 +326,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
 
     per_rank: list[list[_Tb]] = [[] for _ in range(ranks)]
     for (rank, ch), (send_peers, recv_peers) in sorted(groups.items()):
-        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], matchings)
+        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], cache.matchings)
         if pairs is None:
             return None
         for q, p in pairs:
@@ -280,7 +336,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
             if p >= 0:
                 tb.halves += recvs[(rank, p, ch)]
             per_rank[rank].append(tb)
-    _place_locals(halves, preds, per_rank, c, max_steps)
+    _place_locals(halves, preds, per_rank, c, max_steps, cache.places)
     for r in range(ranks):
         if not per_rank[r]:
             # The executor launches one CUDA block per threadblock; a GPU with nothing to
@@ -339,13 +395,13 @@ def _matching(weight: Counter, known: dict[tuple, list[tuple[int, int]]]) -> lis
 
 
 def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], per_rank: list[list[_Tb]],
-                  c: int, max_steps: int) -> None:
+                  c: int, max_steps: int, places: tuple[int, ...]) -> None:
     where: dict[int, _Tb] = {h: tb for tbs in per_rank for tb in tbs for h in tb.halves}
     own: dict[tuple[int, int], list[_Tb]] = defaultdict(list)  # (rank, instance) -> peerless tbs
-    for h in sorted((h for h in halves if h.is_local), key=lambda h: h.key):
+    for h in sorted((h for h in halves if h.is_local), key=lambda h: places[h.id]):
         before = [p for p in preds[h.id] if p in where]
         if before:
-            tb = where[max(before, key=lambda p: halves[p].key)]
+            tb = where[max(before, key=places.__getitem__)]
         else:
             mine = own[(h.rank, h.instance)]
             if not mine or len(mine[-1].halves) >= max_steps:
@@ -387,16 +443,14 @@ def _largest(per_rank: list[list[_Tb]], halves: tuple[Half, ...], candidates: li
     return best
 
 
-def _finish(tbs: list[_Tb], halves: tuple[Half, ...]) -> tuple[LThreadblock, ...]:
-    def key(h: int) -> HalfKey:
-        return halves[h].key
-
+def _finish(tbs: list[_Tb], places: tuple[int, ...], single_steps: list[LStep]) -> tuple[LThreadblock, ...]:
     for tb in tbs:
-        tb.halves.sort(key=key)
-    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, key(tb.halves[0]) if tb.halves else ()))
+        tb.halves.sort(key=places.__getitem__)
+    # (An empty threadblock sorts first among those with the same peers and channel.)
+    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, places[tb.halves[0]] if tb.halves else -1))
     out = []
     for i, tb in enumerate(ordered):
-        steps = tuple(LStep(_STEP_TYPE[halves[h].kind], (h,)) for h in tb.halves)
+        steps = tuple(map(single_steps.__getitem__, tb.halves))
         out.append(LThreadblock(i, tb.send, tb.recv, tb.chan, steps))
     return tuple(out)
 

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from collc.backends.msccl_xml.model import StepType
-from collc.backends.msccl_xml.program import HalfKey, LGpu, LStep, Program, Stage, remember_last
+from collc.backends.msccl_xml.program import LGpu, LStep, LThreadblock, Program, Stage, make_step, remember_last
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -52,26 +54,28 @@ def order_steps(program: Program) -> Program:
 
 
 def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
-    halves, preds = program.halves, program.preds
+    preds, key_place = program.preds, program.key_places()
     ntbs = len(gpu.tbs)
     owner: dict[int, tuple[int, int]] = {}
-    place: dict[tuple[int, int], HalfKey] = {}
+    place: dict[tuple[int, int], int] = {}  # step -> the integer place of its first half's key
+    # (place, tb, step index, halves) of every step, to visit in order of place.
+    visits: list[tuple[int, int, int, tuple[int, ...]]] = []
     for t, tb in enumerate(gpu.tbs):
         for i, step in enumerate(tb.steps):
-            for h in step.halves:
+            hs = step.halves
+            for h in hs:
                 owner[h] = (t, i)
-            place[(t, i)] = halves[step.halves[0]].key
+            at = key_place[hs[0]]
+            place[(t, i)] = at
+            visits.append((at, t, i, hs))
+    visits.sort()  # places are distinct
 
-    # What is known complete once a step is done: per threadblock, its last step known
-    # done (-1: none). A list per step, so that copying and merging run in C.
-    known_after: dict[tuple[int, int], list[int]] = {}
-    waits: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    nothing = [-1] * ntbs
-    for here in sorted(place, key=place.__getitem__):
-        t, i = here
-        known = (known_after[(t, i - 1)] if i > 0 else nothing)[:]
+    # Per step, the last step of each other threadblock it must follow (from the halves'
+    # predecessors); only those steps can be waited for.
+    needs: list[dict[int, int]] = []
+    for at, t, i, hs in visits:
         needed: dict[int, int] = {}
-        for h in gpu.tbs[t].steps[i].halves:
+        for h in hs:
             for p in preds[h]:
                 pt, pi = owner[p]
                 if pt == t:
@@ -80,40 +84,57 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
                     continue
                 if needed.get(pt, -1) < pi:
                     needed[pt] = pi
-        mine: list[tuple[int, int]] = []
+        needs.append(needed)
+    may_wait_for = {target for needed in needs for target in needed.items()}
+
+    # What is known complete once a step is done: per threadblock, its last step known
+    # done (-1: none); an array (a GPU may have a hundred threadblocks, and waits merge
+    # these). `current` holds it for the last step visited of each threadblock (what its
+    # next step starts from); `kept`, a copy for each step that may be waited for.
+    current = list(np.full((ntbs, ntbs), -1, dtype=np.int64))
+    kept: dict[tuple[int, int], np.ndarray] = {}
+    waits: list[list[list[tuple[int, int]]]] = [[[] for _ in tb.steps] for tb in gpu.tbs]
+    for (at, t, i, _), needed in zip(visits, needs):
+        known = current[t]
         if needed:
-            for target in sorted(needed.items(), key=lambda ti: place[ti], reverse=True):
-                if known[target[0]] >= target[1]:
+            mine = waits[t][i]
+            for target in sorted(needed.items(), key=place.__getitem__, reverse=True):
+                wt, wi = target
+                if known[wt] >= wi:
                     continue
-                if place[target] >= place[here]:
+                if place[target] >= at:
                     raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for a later step")
                 mine.append(target)
-                known = list(map(max, known, known_after[target]))
+                known = np.maximum(known, kept[target])
             mine.sort()
         known[t] = i
-        known_after[here] = known
-        waits[here] = mine
+        current[t] = known
+        if (t, i) in may_wait_for:
+            kept[(t, i)] = known.copy()
 
     # Number the steps (nops included), then write the waits with those numbers.
     number: dict[tuple[int, int], int] = {}
     for t, tb in enumerate(gpu.tbs):
         s = 0
         for i in range(len(tb.steps)):
-            s += max(0, len(waits[(t, i)]) - 1)
+            s += max(0, len(waits[t][i]) - 1)
             number[(t, i)] = s
             s += 1
-    targets = {target for ws in waits.values() for target in ws}
+    targets = {target for per_tb in waits for ws in per_tb for target in ws}
     tbs = []
     for t, tb in enumerate(gpu.tbs):
         steps: list[LStep] = []
         for i, step in enumerate(tb.steps):
-            ws = waits[(t, i)]
+            ws = waits[t][i]
             for wt, wi in ws[:-1]:
-                steps.append(LStep(StepType.NOP, (), wait=(wt, number[(wt, wi)])))
+                steps.append(make_step(StepType.NOP, (), (wt, number[(wt, wi)])))
+            waited_for = (t, i) in targets
+            if not ws and not waited_for and step.wait is None and not step.hasdep:
+                steps.append(step)  # most steps: nothing to add
+                continue
             last = (ws[-1][0], number[ws[-1]]) if ws else None
-            # LStep(...) rather than dataclasses.replace: once per step, ~5x faster.
-            steps.append(LStep(step.type, step.halves, last, (t, i) in targets))
-        tbs.append(replace(tb, steps=_keep_reductions_apart(tuple(steps), program)))
+            steps.append(make_step(step.type, step.halves, last, waited_for))
+        tbs.append(LThreadblock(tb.id, tb.send, tb.recv, tb.chan, _keep_reductions_apart(tuple(steps), program)))
     return replace(gpu, tbs=tuple(tbs))
 
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass, replace
 
 from collc.backends.msccl_xml.channels import fusion_candidates
 from collc.backends.msccl_xml.model import StepType
-from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, Program, Stage, remember_last
+from collc.backends.msccl_xml.program import (
+    Half, HalfKind, LThreadblock, Program, Stage, make_step, remember_last,
+)
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -42,49 +44,49 @@ def fuse(program: Program) -> Program:
 
 def _fuse_tb(tb: LThreadblock, program: Program, forwards: dict[int, list[int]], sole: dict[int, int]
              ) -> LThreadblock:
-    halves = program.halves
+    halves, preds = program.halves, program.preds
+    place = program.key_places()  # integer ranks of the halves' keys
+    send = HalfKind.SEND
     order = [s.halves[0] for s in tb.steps]  # one half per step so far, in key order
     in_tb = set(order)
     # Places of the threadblock's sends, sorted. They are in message order too (all go to
     # the one send peer on the one channel), and fusing keeps them so.
-    send_places = sorted(halves[h].key for h in order if halves[h].kind is HalfKind.SEND)
+    send_places = sorted(place[h] for h in order if halves[h].kind is send)
     partner: dict[int, int] = {}  # receive -> fused send
     fused_sends: set[int] = set()
     for a in order:
-        ha = halves[a]
-        if not ha.kind.receives:
-            continue
         sends = forwards.get(a)
-        if not sends:
+        if not sends or not halves[a].kind.receives:
             continue
         if len(sends) > 1:
-            sends = sorted(sends, key=lambda h: halves[h].key)
+            sends = sorted(sends, key=place.__getitem__)
+        at = place[a]
         for b in sends:
-            if b in in_tb and b not in fused_sends and _may_fuse(ha, halves[b], send_places, program):
-                partner[a] = b
-                fused_sends.add(b)
-                send_places.remove(halves[b].key)
-                bisect.insort(send_places, ha.key)
-                break
+            if b not in in_tb or b in fused_sends:
+                continue
+            # The fused step runs at a's place: b may wait for nothing at or after it.
+            if any(p != a and place[p] >= at for p in preds[b]):
+                continue
+            # The send moves from its own place back to a's. A send placed in between
+            # carries an earlier message than b's and would then leave after it.
+            bt = place[b]
+            lo = bisect.bisect_right(send_places, at)
+            if send_places[lo] != bt:
+                continue
+            partner[a] = b
+            fused_sends.add(b)
+            del send_places[lo]  # b's place: no send lies between at and it
+            send_places.insert(lo, at)
+            break
+    if not partner:  # nothing fused: the steps stay as they are
+        return tb
     steps = []
-    for h in order:
+    for step, h in zip(tb.steps, order):
         if h in fused_sends:
             continue
-        if h in partner:
-            steps.append(LStep(_fused_type(halves[h], partner[h], sole), (h, partner[h])))
-        else:
-            steps.append(LStep(halves[h].kind.step_type, (h,)))
-    return replace(tb, steps=tuple(steps))
-
-
-def _may_fuse(a: Half, b: Half, send_places: list, program: Program) -> bool:
-    halves = program.halves
-    if any(p != a.id and halves[p].key >= a.key for p in program.preds[b.id]):
-        return False
-    # The send moves from its own place back to a's. A send placed in between carries an
-    # earlier message than b's and would then leave after it.
-    lo = bisect.bisect_right(send_places, a.key)
-    return send_places[lo] == b.key
+        b = partner.get(h)
+        steps.append(step if b is None else make_step(_fused_type(halves[h], b, sole), (h, b)))
+    return LThreadblock(tb.id, tb.send, tb.recv, tb.chan, tuple(steps))
 
 
 def _fused_type(receive: Half, send: int, sole: dict[int, int]) -> StepType:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from operator import itemgetter
 
 from collc.diagnostics import CollcError
 from collc.ir.schedule import Op, Schedule
@@ -31,28 +32,39 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
     position = {op.id: i for i, op in enumerate(schedule.ops)}
     groups: dict[tuple, list[Op]] = defaultdict(list)
     for op in schedule.ops:
-        groups[(op.step, op.kind, op.src.rank, op.src.buffer, op.dst.rank, op.dst.buffer, op.route)].append(op)
+        src, dst = op.src, op.dst
+        # Enum members by identity: hashing an Enum runs Python code, three per op here.
+        groups[(op.step, id(op.kind), src[0], id(src[1]), dst[0], id(dst[1]), op.route)].append(op)
 
     runs: list[list[Op]] = []
     totals: list[int] = []  # chunks of each run
     for members in groups.values():
-        if len(members) > 1:
-            members.sort(key=lambda op: op.src.index)
-        start = len(runs)
-        for op in members:
-            if len(runs) > start and _continues(runs[-1][-1], op) and totals[-1] + op.count <= max_count:
-                runs[-1].append(op)
-                totals[-1] += op.count
+        if len(members) == 1:  # most groups
+            runs.append(members)
+            totals.append(members[0].count)
+            continue
+        members.sort(key=_src_index)
+        run, total = [members[0]], members[0].count
+        for prev, op in zip(members, members[1:]):
+            # `op` continues the run when it starts where `prev` ended, at both ends.
+            if (prev.src.index + prev.count == op.src.index and prev.dst.index + prev.count == op.dst.index
+                    and total + op.count <= max_count):
+                run.append(op)
+                total += op.count
             else:
-                runs.append([op])
-                totals.append(op.count)
+                runs.append(run)
+                totals.append(total)
+                run, total = [op], op.count
+        runs.append(run)
+        totals.append(total)
     if len(runs) == len(schedule.ops) and max(totals, default=0) <= max_count:
         return schedule
 
     # First every run's new ids, so that each new op is built once, with its deps already
     # renamed (a dependency may sit in a run met later).
     next_id = 1 + max(op.id for op in schedule.ops)
-    replacement: dict[int, tuple[int, ...]] = {}  # old op id -> the ops that now do its work
+    # Old op id -> the ops that now do its work, where that is not the op itself.
+    replacement: dict[int, tuple[int, ...]] = {}
     run_ids: list[list[int]] = []
     for run, total in zip(runs, totals):
         ids = [run[0].id]
@@ -60,9 +72,13 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
             ids.append(next_id)
             next_id += 1
         run_ids.append(ids)
-        for o in run:
-            replacement[o.id] = tuple(ids)
+        if len(run) > 1 or len(ids) > 1:
+            new = tuple(ids)
+            for o in run:
+                replacement[o.id] = new
+    renamed = replacement.keys()
     placed: list[tuple[int, int, int, Op]] = []  # (step, position, piece, op)
+    make = Op.make
     for run, ids, total in zip(runs, run_ids, totals):
         first = run[0]
         if len(run) == 1:  # most runs: no set to build
@@ -72,20 +88,29 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
         else:
             pos = min(position[o.id] for o in run)
             old = sorted({d for o in run for d in o.deps})
-        # The new ids of the old deps, in order, each once (dict keys keep their order).
-        deps = tuple(dict.fromkeys(x for d in old for x in replacement[d]))
+        if renamed.isdisjoint(old):  # most ops: no dependency renamed
+            deps = tuple(old)
+        else:
+            # The new ids of the old deps, in order, each once (dict keys keep their order).
+            deps = tuple(dict.fromkeys(x for d in old for x in replacement.get(d, (d,))))
+        if len(ids) == 1 and len(run) == 1 and deps == first.deps:
+            placed.append((first.step, pos, 0, first))  # unchanged: the op itself
+            continue
         for piece, offset in enumerate(range(0, total, max_count)):
-            # Op(...) rather than dataclasses.replace: this runs once per op (~10x faster).
-            placed.append((first.step, pos, piece, Op(
+            placed.append((first.step, pos, piece, make(
                 ids[piece], first.kind, first.src.shifted(offset) if offset else first.src,
                 first.dst.shifted(offset) if offset else first.dst,
                 min(max_count, total - offset), deps, first.step, first.route, first.origin)))
-    ops = [op for _, _, _, op in sorted(placed, key=lambda t: t[:3])]
+    placed.sort(key=_placement)
+    ops = [t[3] for t in placed]
     return replace(schedule, ops=tuple(ops))
 
 
-def _continues(prev: Op, op: Op) -> bool:
-    return (prev.src.index + prev.count == op.src.index and prev.dst.index + prev.count == op.dst.index)
+_placement = itemgetter(0, 1, 2)  # (step, position, piece): each op's place in the result
+
+
+def _src_index(op: Op) -> int:
+    return op.src.index
 
 
 @register_pass

@@ -46,7 +46,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     tries = channel_counts(split.halves, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
-    cache = PlanCache(split.halves, split.candidates)
+    cache = PlanCache(split.halves, split.candidates, split.places)
     for c in tries:
         plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps,
                                  split.candidates, cache)
@@ -73,7 +73,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
             halves=halves, preds=split.preds, sole_readers=tuple(sorted(split.sole_readers.items())),
             gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED,
-            candidates=split.candidates)
+            candidates=split.candidates, places=split.places)
         # Fusing and dependencies decide the final length of each threadblock; both are
         # deterministic, so the passes that follow reproduce exactly what is measured here.
         steps, where = _longest(order_steps(fuse(program)))

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from collc.backends.msccl_xml.model import XmlAlgo, XmlGpu, XmlStep
+from collc.backends.msccl_xml.model import BufferName, StepType, XmlAlgo, XmlGpu, XmlStep
 from collc.diagnostics import CollcError
 from collc.io import atomic_write
 
@@ -47,13 +47,18 @@ def algo_header(algo: XmlAlgo) -> dict[str, str]:
     }
 
 
+# The XML token of every step type and buffer, by identity (an Enum's `.value` runs
+# Python code, three per step here).
+_TOKEN = {id(member): member.value for member in (*StepType, *BufferName)}
+
+
 def _step_line(step: XmlStep) -> str:
     # Every value but the enums' tokens is a number, so nothing here needs escaping.
-    src = step.srcbuf.value if step.srcbuf is not None else "i"
-    dst = step.dstbuf.value if step.dstbuf is not None else "o"
-    return (f'      <step s="{step.s}" type="{step.type.value}" srcbuf="{src}" srcoff="{step.srcoff}" '
+    token = _TOKEN.get
+    src, dst = token(id(step.srcbuf), "i"), token(id(step.dstbuf), "o")  # None: i and o
+    return (f'      <step s="{step.s}" type="{token(id(step.type))}" srcbuf="{src}" srcoff="{step.srcoff}" '
             f'dstbuf="{dst}" dstoff="{step.dstoff}" cnt="{step.cnt}" depid="{step.depid}" deps="{step.deps}" '
-            f'hasdep="{_flag(step.hasdep)}"/>')
+            f'hasdep="{"1" if step.hasdep else "0"}"/>')
 
 
 def _flag(value: bool) -> str:
