@@ -53,6 +53,12 @@ _INT = re.compile(r"[+-]?[0-9]+")
 # Digits of the largest integer an attribute may hold (the executor's are 64-bit).
 MAX_DIGITS = 19
 _LEADING_ZERO = re.compile(r"[+-]?0[0-9]+")
+# Six integers joined by single spaces, each 0, -1 or a plain decimal without a leading
+# zero: a value with a space in it, or an empty one, cannot make such a string.
+_PLAIN_INT = r"(?:0|-1|[1-9][0-9]{0,%d})" % (MAX_DIGITS - 1)
+_PLAIN_INTS = re.compile(r"(?:%s ){5}%s" % (_PLAIN_INT, _PLAIN_INT))
+_STEP_TYPES = {t.value: t for t in StepType}
+_BUFFERS = {b.value: b for b in BufferName}
 # The executor's XML parser keeps the first 16 attributes of an element and drops the
 # rest (MSCCL_MAX_ATTR_COUNT in msccl_parser.h).
 MAX_ATTRS = 16
@@ -120,7 +126,7 @@ def _parse_tree(data: bytes, source: str) -> tuple[_Element, dict[int, int]]:
     columns: dict[int, int] = {}
 
     def start(tag: str, attrs: dict[str, str]) -> None:
-        element = _Element(tag, dict(attrs), parser.CurrentLineNumber, parser.CurrentColumnNumber + 1)
+        element = _Element(tag, attrs, parser.CurrentLineNumber, parser.CurrentColumnNumber + 1)
         (stack[-1].children if stack else roots).append(element)
         stack.append(element)
         columns.setdefault(element.line, element.column)
@@ -298,6 +304,23 @@ class _Reader:
         return tb
 
     def step(self, element: _Element) -> XmlStep:
+        attrs = element.attrs
+        # The common case, read without the per-attribute checks (a file holds hundreds of
+        # thousands of steps): exactly the ten attributes, known type and buffers, integers
+        # plain (`_PLAIN_INTS`). Anything else takes the checking path below, which says
+        # what is wrong.
+        try:  # ten attributes, all of them the known ones: exactly STEP_ATTRS
+            step_type = _STEP_TYPES.get(attrs["type"]) if len(attrs) == len(STEP_ATTRS) else None
+            srcbuf, dstbuf = _BUFFERS.get(attrs["srcbuf"]), _BUFFERS.get(attrs["dstbuf"])
+            raws = (attrs["s"], attrs["srcoff"], attrs["dstoff"], attrs["cnt"], attrs["depid"], attrs["deps"])
+            hasdep = attrs["hasdep"]
+        except KeyError:
+            step_type = None
+        if (step_type is not None and srcbuf is not None and dstbuf is not None and hasdep in ("0", "1")
+                and _PLAIN_INTS.fullmatch(" ".join(raws))):
+            s, srcoff, dstoff, cnt, depid, deps = map(int, raws)
+            return XmlStep(s, step_type, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep == "1",
+                           element.line)
         self.warn_unknown_attrs(element, STEP_ATTRS)
         self.warn_dropped_attrs(element, STEP_ATTRS)
         raw_type = self.text(element, "type")

@@ -82,9 +82,9 @@ POISON = _Poison()
 Symbolic = Value | None | _Poison  # a slot: a set of chunks, nothing yet, or unknowable
 
 
-@dataclass(frozen=True)
-class StepRef:
-    """Where a step is: GPU, threadblock, its `s`, and its line in the file."""
+class StepRef(NamedTuple):
+    """Where a step is: GPU, threadblock, its `s`, and its line in the file (a tuple:
+    one is made per step checked, hundreds of thousands per file)."""
 
     gpu: int
     tb: int
