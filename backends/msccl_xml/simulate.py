@@ -505,6 +505,9 @@ class _BlockKind(str, Enum):
     ROOM = "room"  # a send on a full connection (only with a FIFO capacity)
 
 
+PROGRESS, DATA, ROOM = _BlockKind.PROGRESS, _BlockKind.DATA, _BlockKind.ROOM
+
+
 class _Block(NamedTuple):
     kind: _BlockKind
     key: tuple[int, int, int]
@@ -636,11 +639,12 @@ class Simulator:
                     thread.published_numbers.append(instr.number)
                     if thread.awaited.get(instr.number):
                         thread.published[instr.number] = _Published(thread.clock.copy(), self.event)
-                    wake(_Block(_BlockKind.PROGRESS, (thread.gpu, thread.tb.id, -1)))
-                if received_on is not None:
-                    wake(_Block(_BlockKind.ROOM, received_on))
-                if sent_on is not None:
-                    wake(_Block(_BlockKind.DATA, sent_on))
+                    if waiting:  # plain tuples: equal to, and hashed as, the _Blocks waited on
+                        wake((PROGRESS, (thread.gpu, thread.tb.id, -1)))  # type: ignore[arg-type]
+                if waiting and received_on is not None:
+                    wake((ROOM, received_on))  # type: ignore[arg-type]
+                if waiting and sent_on is not None:
+                    wake((DATA, sent_on))  # type: ignore[arg-type]
         finished = all(t.done for t in self.threads)
         if finished:
             self.report_unreceived()
