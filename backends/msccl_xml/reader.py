@@ -70,7 +70,9 @@ class _Element:
     attrs: dict[str, str]
     line: int
     column: int  # 1-based, the column of the '<'
-    children: list["_Element"] = field(default_factory=list)
+    # a plain <step> inside a <tb> is read as the parser meets it (`_plain_step`): no
+    # element is kept for it (millions at 1,024 GPUs)
+    children: list["_Element | XmlStep"] = field(default_factory=list)
 
 
 @dataclass
@@ -118,18 +120,50 @@ def read_xml_bytes(data: bytes | str, source: str = "<xml>") -> XmlDocument:
 
 # --- XML to elements ------------------------------------------------------------------
 
+def _plain_step(attrs: dict[str, str], line: int) -> XmlStep | None:
+    """A `<step>` in the common case, read without the per-attribute checks (a file holds
+    hundreds of thousands of them): exactly the ten attributes, a known type and buffers,
+    integers plain (`_PLAIN_INTS`). None for anything else: `_Reader.step` then reads it
+    attribute by attribute and says what is wrong."""
+    if len(attrs) != len(STEP_ATTRS):
+        return None
+    try:  # ten attributes, all of them known ones: exactly STEP_ATTRS
+        step_type = _STEP_TYPES.get(attrs["type"])
+        srcbuf, dstbuf = _BUFFERS.get(attrs["srcbuf"]), _BUFFERS.get(attrs["dstbuf"])
+        raws = (attrs["s"], attrs["srcoff"], attrs["dstoff"], attrs["cnt"], attrs["depid"], attrs["deps"])
+        hasdep = attrs["hasdep"]
+    except KeyError:
+        return None
+    if (step_type is None or srcbuf is None or dstbuf is None or hasdep not in ("0", "1")
+            or not _PLAIN_INTS.fullmatch(" ".join(raws))):
+        return None
+    s, srcoff, dstoff, cnt, depid, deps = map(int, raws)
+    return XmlStep(s, step_type, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep == "1", line)
+
+
 def _parse_tree(data: bytes, source: str) -> tuple[_Element, dict[int, int]]:
     """The root element, and for each line the column where its first element starts."""
     parser = xml.parsers.expat.ParserCreate()
-    stack: list[_Element] = []
+    stack: list[_Element | None] = []
     roots: list[_Element] = []
     columns: dict[int, int] = {}
 
     def start(tag: str, attrs: dict[str, str]) -> None:
-        element = _Element(tag, attrs, parser.CurrentLineNumber, parser.CurrentColumnNumber + 1)
-        (stack[-1].children if stack else roots).append(element)
+        line = parser.CurrentLineNumber
+        columns.setdefault(line, parser.CurrentColumnNumber + 1)
+        parent = stack[-1] if stack else None
+        if tag == "step" and parent is not None and parent.tag == "tb":
+            step = _plain_step(attrs, line)
+            if step is not None:
+                parent.children.append(step)
+                stack.append(None)  # what it contains is ignored, as the executor ignores it
+                return
+        element = _Element(tag, attrs, line, parser.CurrentColumnNumber + 1)
+        if parent is not None:
+            parent.children.append(element)
+        elif not stack:
+            roots.append(element)
         stack.append(element)
-        columns.setdefault(element.line, element.column)
 
     def end(tag: str) -> None:
         stack.pop()
@@ -232,10 +266,13 @@ class _Reader:
 
     def children(self, element: _Element, tag: str) -> list[_Element]:
         """The children named `tag`; the others are skipped, as the executor skips them."""
+        wanted = []
         for child in element.children:
-            if child.tag != tag:
-                self.skipped.append((element.tag, child))
-        return [c for c in element.children if c.tag == tag]
+            if type(child) is XmlStep or child.tag == tag:  # type: ignore[union-attr]
+                wanted.append(child)
+            else:
+                self.skipped.append((element.tag, child))  # type: ignore[arg-type]
+        return wanted
 
     def warn_skipped(self) -> None:
         """One warning per kind of skipped element, at its first occurrence."""
@@ -300,27 +337,10 @@ class _Reader:
             chan=self.integer(element, "chan", minimum=0),
             line=element.line,
         )
-        tb.steps = [self.step(s) for s in self.children(element, "step")]
+        tb.steps = [s if type(s) is XmlStep else self.step(s) for s in self.children(element, "step")]  # type: ignore[arg-type]
         return tb
 
     def step(self, element: _Element) -> XmlStep:
-        attrs = element.attrs
-        # The common case, read without the per-attribute checks (a file holds hundreds of
-        # thousands of steps): exactly the ten attributes, known type and buffers, integers
-        # plain (`_PLAIN_INTS`). Anything else takes the checking path below, which says
-        # what is wrong.
-        try:  # ten attributes, all of them the known ones: exactly STEP_ATTRS
-            step_type = _STEP_TYPES.get(attrs["type"]) if len(attrs) == len(STEP_ATTRS) else None
-            srcbuf, dstbuf = _BUFFERS.get(attrs["srcbuf"]), _BUFFERS.get(attrs["dstbuf"])
-            raws = (attrs["s"], attrs["srcoff"], attrs["dstoff"], attrs["cnt"], attrs["depid"], attrs["deps"])
-            hasdep = attrs["hasdep"]
-        except KeyError:
-            step_type = None
-        if (step_type is not None and srcbuf is not None and dstbuf is not None and hasdep in ("0", "1")
-                and _PLAIN_INTS.fullmatch(" ".join(raws))):
-            s, srcoff, dstoff, cnt, depid, deps = map(int, raws)
-            return XmlStep(s, step_type, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep == "1",
-                           element.line)
         self.warn_unknown_attrs(element, STEP_ATTRS)
         self.warn_dropped_attrs(element, STEP_ATTRS)
         raw_type = self.text(element, "type")

@@ -128,7 +128,7 @@ class Issue:
 
 # --- compiling a threadblock the way the executor does ------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Wait until threadblock `tb` of the same GPU has published progress >= `step`."""
 
@@ -137,7 +137,7 @@ class Wait:
     origin: XmlStep  # the step (often a nop) whose depid/deps declared it
 
 
-@dataclass
+@dataclass(slots=True)
 class Instruction:
     """One transmission: a step, or consecutive `re` steps the executor fuses."""
 
@@ -174,7 +174,6 @@ def compile_threadblock(gpu: int, tb: XmlThreadblock) -> ThreadblockProgram:
     # (not in the group) reaches MAX_REDUCE_FUSION; reproduced as written.
     reductions = 0
     for step in tb.steps:
-        ref = StepRef.of(gpu, tb, step)
         if step.depid >= 0:
             pending.append(Wait(step.depid, step.deps, step))
         if step.type is StepType.NOP:
@@ -185,6 +184,7 @@ def compile_threadblock(gpu: int, tb: XmlThreadblock) -> ThreadblockProgram:
             current.steps.append(step)
         else:
             if pending and step.depid < 0:
+                ref = StepRef.of(gpu, tb, step)
                 notes.append(Issue(
                     IssueKind.EXECUTOR_REJECTS,
                     f"{ref} follows nop steps with dependencies but has none of its own; the executor "
@@ -197,6 +197,7 @@ def compile_threadblock(gpu: int, tb: XmlThreadblock) -> ThreadblockProgram:
         if step.type is StepType.REDUCE:
             reductions += 1
             if len(current.steps) == MAX_REDUCE_FUSION + 1:
+                ref = StepRef.of(gpu, tb, step)
                 notes.append(Issue(
                     IssueKind.EXECUTOR_OVERFLOW,
                     f"{ref} is the {MAX_REDUCE_FUSION + 1}th consecutive re step into "
@@ -465,6 +466,15 @@ class _Published(NamedTuple):
     event: int
 
 
+Connection = tuple[int, int, int]  # (sender GPU, receiver GPU, channel)
+
+
+class _BlockKind(str, Enum):
+    PROGRESS = "progress"  # a dependency: key (gpu, tb, -1)
+    DATA = "data"  # a receive on an empty connection
+    ROOM = "room"  # a send on a full connection (only with a FIFO capacity)
+
+
 @dataclass
 class _Thread:
     index: int  # global index
@@ -478,14 +488,18 @@ class _Thread:
     published: dict[int, _Published] = field(default_factory=dict)
     awaited: dict[int, int] = field(default_factory=dict)  # number -> waits it meets, not yet run
     events: list[int] = field(default_factory=list)  # its events, by pc
+    # looked up once per transmission: kept, not recomputed
+    gpu: int = field(init=False)
+    tb: XmlThreadblock = field(init=False)
+    receives_on: Connection = field(init=False)
+    sends_on: Connection = field(init=False)
+    progress_key: tuple = field(init=False)  # the _Block of a wait for its progress
 
-    @property
-    def gpu(self) -> int:
-        return self.program.gpu
-
-    @property
-    def tb(self) -> XmlThreadblock:
-        return self.program.tb
+    def __post_init__(self) -> None:
+        self.gpu, self.tb = self.program.gpu, self.program.tb
+        self.receives_on = (self.tb.recv, self.gpu, self.tb.chan)
+        self.sends_on = (self.gpu, self.tb.send, self.tb.chan)
+        self.progress_key = (_BlockKind.PROGRESS, (self.gpu, self.tb.id, -1))
 
     @property
     def done(self) -> bool:
@@ -494,15 +508,6 @@ class _Thread:
     @property
     def progress(self) -> int:
         return self.published_numbers[-1] if self.published_numbers else -1
-
-
-Connection = tuple[int, int, int]  # (sender GPU, receiver GPU, channel)
-
-
-class _BlockKind(str, Enum):
-    PROGRESS = "progress"  # a dependency: key (gpu, tb, -1)
-    DATA = "data"  # a receive on an empty connection
-    ROOM = "room"  # a send on a full connection (only with a FIFO capacity)
 
 
 PROGRESS, DATA, ROOM = _BlockKind.PROGRESS, _BlockKind.DATA, _BlockKind.ROOM
@@ -640,7 +645,7 @@ class Simulator:
                     if thread.awaited.get(instr.number):
                         thread.published[instr.number] = _Published(thread.clock.copy(), self.event)
                     if waiting:  # plain tuples: equal to, and hashed as, the _Blocks waited on
-                        wake((PROGRESS, (thread.gpu, thread.tb.id, -1)))  # type: ignore[arg-type]
+                        wake(thread.progress_key)  # type: ignore[arg-type]
                 if waiting and received_on is not None:
                     wake((ROOM, received_on))  # type: ignore[arg-type]
                 if waiting and sent_on is not None:
@@ -662,11 +667,11 @@ class Simulator:
                 return _Block(_BlockKind.PROGRESS, (thread.gpu, wait.tb, -1))
         first = instr.steps[0]
         if first.type in RECEIVING:
-            conn = (thread.tb.recv, thread.gpu, thread.tb.chan)
+            conn = thread.receives_on
             if not self.fifos.get(conn):
                 return _Block(_BlockKind.DATA, conn)
         if self.fifo_capacity is not None and any(s.type in SENDING for s in instr.steps):
-            conn = (thread.gpu, thread.tb.send, thread.tb.chan)
+            conn = thread.sends_on
             if len(self.fifos.get(conn, ())) >= self.fifo_capacity:
                 return _Block(_BlockKind.ROOM, conn)
         return None
@@ -690,7 +695,7 @@ class Simulator:
         message: _Message | None = None
         received_on: Connection | None = None
         if instr.steps[0].type in RECEIVING:
-            received_on = (thread.tb.recv, thread.gpu, thread.tb.chan)
+            received_on = thread.receives_on
             message = self.fifos[received_on].popleft()
             preds.append(message.event)
         clock[thread.local] += 1
@@ -704,7 +709,7 @@ class Simulator:
             self.current = step
             outgoing = self.step(step, message)
             if outgoing is not None:
-                sent_on = (thread.gpu, thread.tb.send, thread.tb.chan)
+                sent_on = thread.sends_on
                 self.fifos.setdefault(sent_on, deque()).append(_Message(outgoing, event, thread.index, step))
         return received_on, sent_on
 
