@@ -563,6 +563,8 @@ class Simulator:
         self.thread: _Thread | None = None
         self.event = -1
         self.current: XmlStep | None = None
+        self.start: dict[BufferName, int] = {}  # the current GPU's views: where each starts
+        self.room: dict[BufferName, int] = {}  # and how many slots it has
 
     def _load_inputs(self, inputs: Sequence[Sequence[Value]] | None, input_chunks: Sequence[int] | None) -> "ChunkCodec":
         """Rank r's input slot i holds inputs[r][i], or chunk(r, i) for i < input_chunks[r]."""
@@ -699,6 +701,7 @@ class Simulator:
             message = self.fifos[received_on].popleft()
             preds.append(message.event)
         clock[thread.local] += 1
+        self.start, self.room = self.mem.start[thread.gpu], self.mem.room[thread.gpu]
         event = self.event = len(self.ev_thread)
         self.ev_thread.append(thread.index)
         self.ev_pc.append(thread.pc)
@@ -766,18 +769,39 @@ class Simulator:
         return total
 
     def base(self, buffer: BufferName | None, offset: int, n: int) -> int:
-        """The slot of `buffer[offset]` on the current GPU, after checking n slots fit."""
-        assert buffer is not None and self.thread is not None
-        self.mem.check(self.thread.gpu, buffer, offset, n)
-        return self.mem.start[self.thread.gpu][buffer] + offset
+        """The slot of `buffer[offset]` on the current GPU, after checking n slots fit (the
+        structural checks make sure of it; this keeps the flat list from being read or
+        resized past a buffer)."""
+        if offset < 0 or offset + n > self.room[buffer]:  # type: ignore[index]
+            raise IndexError(f"{buffer}[{offset}..{offset + n - 1}] of GPU {self.thread.gpu} is outside its "  # type: ignore[union-attr]
+                             "buffer")
+        return self.start[buffer] + offset  # type: ignore[index]
 
     def read_all(self, buffer: BufferName | None, offset: int, n: int) -> list:
         """The values of n slots from `offset`, each checked as `read` checks one."""
         base = self.base(buffer, offset, n)
         values = self.values[base:base + n]
-        if self.check_races or None in values:
+        if self.check_races:  # `check_read` and `read`, inline: once per slot of every step
+            thread = self.thread
+            assert thread is not None and buffer is not None
+            me, writers, reads = thread.index, self.writers, self.reads
+            access = (me, self.event, self.current)
             for i in range(n):
-                values[i] = self.read(buffer, offset + i, base + i)
+                slot = base + i
+                write = writers[slot]
+                if write is not None and write[0] != me and not self.ordered(write):
+                    self.report_race(slot, buffer, offset + i, write, "writes", "reads")
+                readers = reads.get(slot)
+                if readers is None:
+                    reads[slot] = {me: access}  # type: ignore[dict-item]
+                else:
+                    readers[me] = access  # type: ignore[assignment]
+                if values[i] is None:
+                    values[i] = self.unwritten(buffer, offset + i)
+        elif None in values:
+            for i in range(n):
+                if values[i] is None:
+                    values[i] = self.unwritten(buffer, offset + i)  # type: ignore[arg-type]
         return values
 
     def read(self, buffer: BufferName, index: int, slot: int) -> "Code | _Poison":
@@ -785,23 +809,38 @@ class Simulator:
             self.check_read(slot, buffer, index)
         value = self.values[slot]
         if value is None:
-            assert self.thread is not None
-            self.report(Issue(
-                IssueKind.UNWRITTEN_READ,
-                f"{self.ref} reads {BUFFER_WORDS[buffer]}[{index}] of GPU {self.thread.gpu}, which nothing has "
-                "written before this step", self.ref))
-            return POISON
+            return self.unwritten(buffer, index)
         return value
 
-    def write_all(self, buffer: BufferName | None, offset: int, values: list) -> None:
-        base = self.base(buffer, offset, len(values))
+    def unwritten(self, buffer: BufferName, index: int) -> _Poison:
         assert self.thread is not None
-        access: Access = (self.thread.index, self.event, self.current)  # type: ignore[assignment]
-        if self.check_races:
-            for i in range(len(values)):
-                self.check_write(base + i, buffer, offset + i, access)
-        self.values[base:base + len(values)] = values
-        self.writers[base:base + len(values)] = [access] * len(values)
+        self.report(Issue(
+            IssueKind.UNWRITTEN_READ,
+            f"{self.ref} reads {BUFFER_WORDS[buffer]}[{index}] of GPU {self.thread.gpu}, which nothing has "
+            "written before this step", self.ref))
+        return POISON
+
+    def write_all(self, buffer: BufferName | None, offset: int, values: list) -> None:
+        n = len(values)
+        base = self.base(buffer, offset, n)
+        thread = self.thread
+        assert thread is not None
+        access: Access = (thread.index, self.event, self.current)  # type: ignore[assignment]
+        if self.check_races:  # `check_write`, inline
+            me, writers, reads = thread.index, self.writers, self.reads
+            for i in range(n):
+                slot = base + i
+                write = writers[slot]
+                if write is not None and write[0] != me and not self.ordered(write):
+                    self.report_race(slot, buffer, offset + i, write, "writes", "writes")  # type: ignore[arg-type]
+                readers = reads.pop(slot, None)
+                if readers:
+                    for read in readers.values():
+                        if read[0] != me and not self.ordered(read):
+                            self.report_race(slot, buffer, offset + i, read, "reads", "writes")  # type: ignore[arg-type]
+                            break
+        self.values[base:base + n] = values
+        self.writers[base:base + n] = [access] * n
 
     # -- races -------------------------------------------------------------------------------------
     def ordered(self, earlier: Access) -> bool:
