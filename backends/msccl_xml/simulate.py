@@ -481,7 +481,9 @@ class _Thread:
     local: int  # index among its GPU's threadblocks: its coordinate in local clocks
     first: int  # global index of its GPU's first threadblock
     program: ThreadblockProgram
-    clock: np.ndarray  # over its GPU's threadblocks: instructions of each known to precede
+    # over its GPU's threadblocks: instructions of each known to precede (its own entry is
+    # only written into the copies publications keep)
+    clock: np.ndarray
     pc: int = 0
     published_numbers: list[int] = field(default_factory=list)
     # number -> its clock, kept while a wait that it meets has yet to run
@@ -645,7 +647,9 @@ class Simulator:
                 if instr.publishes:
                     thread.published_numbers.append(instr.number)
                     if thread.awaited.get(instr.number):
-                        thread.published[instr.number] = _Published(thread.clock.copy(), self.event)
+                        clock = thread.clock.copy()
+                        clock[thread.local] = thread.pc  # its own count: instructions run
+                        thread.published[instr.number] = _Published(clock, self.event)
                     if waiting:  # plain tuples: equal to, and hashed as, the _Blocks waited on
                         wake(thread.progress_key)  # type: ignore[arg-type]
                 if waiting and received_on is not None:
@@ -700,7 +704,8 @@ class Simulator:
             received_on = thread.receives_on
             message = self.fifos[received_on].popleft()
             preds.append(message.event)
-        clock[thread.local] += 1
+        # The clock's own entry is not kept up to date: it is thread.pc, written into the
+        # copies a publication keeps (no other reader looks at it).
         self.start, self.room = self.mem.start[thread.gpu], self.mem.room[thread.gpu]
         event = self.event = len(self.ev_thread)
         self.ev_thread.append(thread.index)
@@ -713,7 +718,10 @@ class Simulator:
             outgoing = self.step(step, message)
             if outgoing is not None:
                 sent_on = thread.sends_on
-                self.fifos.setdefault(sent_on, deque()).append(_Message(outgoing, event, thread.index, step))
+                fifo = self.fifos.get(sent_on)
+                if fifo is None:
+                    fifo = self.fifos[sent_on] = deque()
+                fifo.append(_Message(outgoing, event, thread.index, step))
         return received_on, sent_on
 
     # -- step semantics -----------------------------------------------------------------------

@@ -47,6 +47,8 @@ from collc.backends.msccl_xml.reader import XmlDocument, read_xml_document
 from collc.backends.msccl_xml.simulate import (
     BUFFER_WORDS,
     POISON,
+    RECEIVING,
+    SENDING,
     ChunkCodec,
     Code,
     Issue,
@@ -355,6 +357,7 @@ class _Verifier:
         self.root: int | None = None
         self.programs: list[list[ThreadblockProgram]] = []
         self._collective: tuple[tuple[CollectiveKind, int | None], ExpectedCollective] | None = None
+        self._sizes: tuple[XmlGpu | None, dict[BufferName, tuple[str, int]]] = (None, {})
 
     # -- reporting -----------------------------------------------------------------------
     def span(self, line: int | None) -> Span:
@@ -565,10 +568,10 @@ class _Verifier:
                        f"numbered s=0, 1, 2, ... as they appear (this one has s={step.s})", line, where=ref,
                        kind="step-number")
         t = step.type
-        if t.sends and tb.send < 0:
+        if t in SENDING and tb.send < 0:
             self.error(f"{ref} ({t.value}) sends, but its threadblock has send=\"-1\"", line, where=ref,
                        kind="peer", blocking=True)
-        if t.receives and tb.recv < 0:
+        if t in RECEIVING and tb.recv < 0:
             self.error(f"{ref} ({t.value}) receives, but its threadblock has recv=\"-1\"", line, where=ref,
                        kind="peer", blocking=True)
         if t is not StepType.NOP:
@@ -578,8 +581,11 @@ class _Verifier:
             elif step.cnt >= MAX_COUNT:
                 self.error(f"{ref} has cnt={step.cnt}; the executor needs cnt < {MAX_COUNT}", line, where=ref,
                            kind="limit")
-        sizes = {BufferName.INPUT: ("i_chunks", gpu.i_chunks), BufferName.OUTPUT: ("o_chunks", gpu.o_chunks),
-                 BufferName.SCRATCH: ("s_chunks", gpu.s_chunks)}
+        if self._sizes[0] is not gpu:  # once per GPU, not per step
+            self._sizes = (gpu, {BufferName.INPUT: ("i_chunks", gpu.i_chunks),
+                                 BufferName.OUTPUT: ("o_chunks", gpu.o_chunks),
+                                 BufferName.SCRATCH: ("s_chunks", gpu.s_chunks)})
+        sizes = self._sizes[1]
         for role, buffer, offset in _operands(step):
             assert buffer is not None  # the reader requires both buffers
             attr, size = sizes[buffer]
