@@ -792,12 +792,13 @@ class Simulator:
         if self.check_races:  # `check_read` and `read`, inline: once per slot of every step
             thread = self.thread
             assert thread is not None and buffer is not None
-            me, writers, reads = thread.index, self.writers, self.reads
+            me, writers, reads, raced = thread.index, self.writers, self.reads, self.raced
             access = (me, self.event, self.current)
             for i in range(n):
                 slot = base + i
                 write = writers[slot]
-                if write is not None and write[0] != me and not self.ordered(write):
+                # a slot that raced is reported once: no need to ask again
+                if write is not None and write[0] != me and slot not in raced and not self.ordered(write):
                     self.report_race(slot, buffer, offset + i, write, "writes", "reads")
                 readers = reads.get(slot)
                 if readers is None:
@@ -835,14 +836,14 @@ class Simulator:
         assert thread is not None
         access: Access = (thread.index, self.event, self.current)  # type: ignore[assignment]
         if self.check_races:  # `check_write`, inline
-            me, writers, reads = thread.index, self.writers, self.reads
+            me, writers, reads, raced = thread.index, self.writers, self.reads, self.raced
             for i in range(n):
                 slot = base + i
                 write = writers[slot]
-                if write is not None and write[0] != me and not self.ordered(write):
+                if write is not None and write[0] != me and slot not in raced and not self.ordered(write):
                     self.report_race(slot, buffer, offset + i, write, "writes", "writes")  # type: ignore[arg-type]
                 readers = reads.pop(slot, None)
-                if readers:
+                if readers and slot not in raced:
                     for read in readers.values():
                         if read[0] != me and not self.ordered(read):
                             self.report_race(slot, buffer, offset + i, read, "reads", "writes")  # type: ignore[arg-type]
@@ -901,21 +902,12 @@ class Simulator:
         thread = self.thread
         assert thread is not None
         write = self.writers[slot]
-        if write is not None and not self.ordered(write):
+        if write is not None and slot not in self.raced and not self.ordered(write):
             self.report_race(slot, buffer, index, write, "writes", "reads")
         reads = self.reads.get(slot)
         if reads is None:
             reads = self.reads[slot] = {}
         reads[thread.index] = (thread.index, self.event, self.current)  # type: ignore[assignment]
-
-    def check_write(self, slot: int, buffer: BufferName, index: int, access: Access) -> None:
-        write = self.writers[slot]
-        if write is not None and not self.ordered(write):
-            self.report_race(slot, buffer, index, write, "writes", "writes")
-        for read in self.reads.pop(slot, {}).values():
-            if not self.ordered(read):
-                self.report_race(slot, buffer, index, read, "reads", "writes")
-                break
 
     def report_race(self, slot: int, buffer: BufferName, index: int, other: Access, other_does: str,
                     this_does: str) -> None:
