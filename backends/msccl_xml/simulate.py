@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -54,6 +54,9 @@ import numpy as np
 from collc.backends.msccl_xml.model import BufferName, StepType, XmlAlgo, XmlStep, XmlThreadblock
 from collc.ir.collective import ChunkId, Value, value_str
 
+# Entries the searches' memos may hold in all (`Simulator.search`); past it they start
+# afresh (about 100 bytes an entry).
+MEMO_ENTRIES = 2_000_000
 # The executor fuses at most this many consecutive `re` steps into one transmission
 # (MSCCL_MAX_REDUCE_FUSION in msccl_struct.h).
 MAX_REDUCE_FUSION = 16
@@ -559,6 +562,9 @@ class Simulator:
         self.ev_thread: list[int] = []
         self.ev_pc: list[int] = []
         self.ev_preds: list[tuple[int, ...] | None] = []
+        # threadblock -> (bound, threadblock -> last event) of its complete searches (`search`)
+        self.memos: dict[int, tuple[int, dict[int, int]]] = {}
+        self.memo_entries = 0
         self.issues: list[Issue] = []
         self.suppressed = 0
         # the instruction being executed
@@ -867,12 +873,27 @@ class Simulator:
 
     def search(self, x: int, a: int) -> bool:
         """Whether an event of threadblock x at or after event a precedes the current event
-        (see above); raises the current threadblock's local clock with what it passes."""
+        (see above); raises the current threadblock's local clock with what it passes.
+
+        A search that finds nothing has seen every event at or above its bound that
+        precedes the current one. Per threadblock that set is kept as its last event per
+        threadblock (`memos`): the events of one threadblock that precede are a prefix of
+        its events. A later search from the same threadblock with a bound at least as high
+        starts from it: it answers at once when x's last known event is recent enough, and
+        otherwise searches only what is new. Without it a file with races everywhere asks
+        the same question over the same events once per slot."""
         thread = self.thread
         assert thread is not None
         ev_thread, ev_pc, ev_preds = self.ev_thread, self.ev_pc, self.ev_preds
         threads = self.threads
-        first, count = thread.first, len(thread.clock)
+        memo = self.memos.get(thread.index)
+        if memo is not None and a >= memo[0]:
+            bound, latest = memo
+            if latest.get(x, -1) >= a:
+                self.raise_clock(thread, (latest[x],))
+                return True
+        else:
+            bound, latest = a, {}
         stack = [self.event]
         seen = {self.event}
         found = False
@@ -884,19 +905,41 @@ class Simulator:
             if preds:
                 candidates.extend(preds)
             for p in candidates:
-                if p < a or p in seen:
+                if p < bound or p in seen:
+                    continue
+                tp = ev_thread[p]
+                if p <= latest.get(tp, -1):  # known to precede, with all it follows at or above the bound
                     continue
                 seen.add(p)
-                if ev_thread[p] == x:
+                if tp == x and p >= a:
                     found = True
                     break
                 stack.append(p)
-        clock = thread.clock
-        for e in seen:  # every event seen precedes the current one
+        self.raise_clock(thread, seen)
+        if not found:  # complete: keep it
+            if memo is None or memo[1] is not latest:
+                if memo is not None:
+                    self.memo_entries -= len(memo[1])
+                self.memos[thread.index] = (bound, latest)
+            before = len(latest)
+            for e in seen:
+                t = ev_thread[e]
+                if latest.get(t, -1) < e:
+                    latest[t] = e
+            self.memo_entries += len(latest) - before
+            if self.memo_entries > MEMO_ENTRIES:  # a bound on memory: start afresh
+                self.memos.clear()
+                self.memo_entries = 0
+        return found
+
+    def raise_clock(self, thread: _Thread, events: Iterable[int]) -> None:
+        """Every event in `events` precedes the current one: raise the local clock."""
+        first, count, clock = thread.first, len(thread.clock), thread.clock
+        ev_thread, ev_pc = self.ev_thread, self.ev_pc
+        for e in events:
             local = ev_thread[e] - first
             if 0 <= local < count and clock[local] <= ev_pc[e]:
                 clock[local] = ev_pc[e] + 1
-        return found
 
     def check_read(self, slot: int, buffer: BufferName, index: int) -> None:
         thread = self.thread
