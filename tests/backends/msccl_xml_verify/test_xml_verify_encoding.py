@@ -160,3 +160,41 @@ def test_without_the_remote_dependency_gpu_0_races():
         "race on scratch[0] of GPU 0: GPU 0 tb 1 step 0 writes it and GPU 0 tb 0 step 0 writes it, and no "
         "dependency or message orders the two",
     ]
+
+
+def search_reuse(answer_dependency: bool = True) -> str:
+    """GPU 0 tb 0 fills s[0..3] and then sends to GPU 1, which answers on two channels.
+    GPU 0 tb 2 reads s[2] before its answer arrives (a race: the search finds nothing and
+    is kept) and s[3] after it (ordered, through GPU 1: found from the kept search). Without
+    GPU 1 tb 2's dependency the answer is not ordered after GPU 0's send, and s[3] races too
+    (the kept search, extended, finds nothing)."""
+    fill = [step(k, "cpy", "i", 0, "s", k) for k in range(4)]
+    return render(algo("allgather", 2, 2, [
+        gpu(0, 1, 2, 8, [tb(0, 1, -1, 0, fill + [step(4, "s", "s", 0, "s", 0), step(5, "cpy", "i", 0, "o", 0)]),
+                         tb(1, -1, 1, 0, [step(0, "r", "s", 0, "o", 1), step(1, "cpy", "s", 0, "s", 4)]),
+                         tb(2, -1, 1, 1, [step(0, "cpy", "s", 2, "s", 5), step(1, "r", "s", 0, "s", 6),
+                                          step(2, "cpy", "s", 3, "s", 7)])]),
+        gpu(1, 1, 2, 1, [tb(0, -1, 0, 0, [step(0, "r", "i", 0, "o", 0, hasdep=1)]),
+                         tb(1, 0, -1, 0, [step(0, "s", "i", 0, "i", 0, depid=0, deps=0),
+                                          step(1, "cpy", "i", 0, "o", 1)]),
+                         tb(2, 0, -1, 1, [step(0, "s", "i", 0, "i", 0,
+                                               **(dict(depid=0, deps=0) if answer_dependency else {}))])]),
+    ], nchannels=2))
+
+
+def test_a_kept_search_answers_later_questions_of_its_threadblock():
+    report = verify_text(search_reuse())
+    assert [e.message for e in report.errors] == [
+        "race on scratch[2] of GPU 0: GPU 0 tb 2 step 0 reads it and GPU 0 tb 0 step 2 writes it, and no "
+        "dependency or message orders the two",
+    ]
+
+
+def test_a_kept_search_also_says_no():
+    report = verify_text(search_reuse(answer_dependency=False))
+    assert [e.message for e in report.errors] == [
+        "race on scratch[2] of GPU 0: GPU 0 tb 2 step 0 reads it and GPU 0 tb 0 step 2 writes it, and no "
+        "dependency or message orders the two",
+        "race on scratch[3] of GPU 0: GPU 0 tb 2 step 2 reads it and GPU 0 tb 0 step 3 writes it, and no "
+        "dependency or message orders the two",
+    ]
