@@ -53,6 +53,12 @@ _INT = re.compile(r"[+-]?[0-9]+")
 # Digits of the largest integer an attribute may hold (the executor's are 64-bit).
 MAX_DIGITS = 19
 _LEADING_ZERO = re.compile(r"[+-]?0[0-9]+")
+# Six integers joined by single spaces, each 0, -1 or a plain decimal without a leading
+# zero: a value with a space in it, or an empty one, cannot make such a string.
+_PLAIN_INT = r"(?:0|-1|[1-9][0-9]{0,%d})" % (MAX_DIGITS - 1)
+_PLAIN_INTS = re.compile(r"(?:%s ){5}%s" % (_PLAIN_INT, _PLAIN_INT))
+_STEP_TYPES = {t.value: t for t in StepType}
+_BUFFERS = {b.value: b for b in BufferName}
 # The executor's XML parser keeps the first 16 attributes of an element and drops the
 # rest (MSCCL_MAX_ATTR_COUNT in msccl_parser.h).
 MAX_ATTRS = 16
@@ -64,7 +70,9 @@ class _Element:
     attrs: dict[str, str]
     line: int
     column: int  # 1-based, the column of the '<'
-    children: list["_Element"] = field(default_factory=list)
+    # a plain <step> inside a <tb> is read as the parser meets it (`_plain_step`): no
+    # element is kept for it (millions at 1,024 GPUs)
+    children: list["_Element | XmlStep"] = field(default_factory=list)
 
 
 @dataclass
@@ -112,18 +120,50 @@ def read_xml_bytes(data: bytes | str, source: str = "<xml>") -> XmlDocument:
 
 # --- XML to elements ------------------------------------------------------------------
 
+def _plain_step(attrs: dict[str, str], line: int) -> XmlStep | None:
+    """A `<step>` in the common case, read without the per-attribute checks (a file holds
+    hundreds of thousands of them): exactly the ten attributes, a known type and buffers,
+    integers plain (`_PLAIN_INTS`). None for anything else: `_Reader.step` then reads it
+    attribute by attribute and says what is wrong."""
+    if len(attrs) != len(STEP_ATTRS):
+        return None
+    try:  # ten attributes, all of them known ones: exactly STEP_ATTRS
+        step_type = _STEP_TYPES.get(attrs["type"])
+        srcbuf, dstbuf = _BUFFERS.get(attrs["srcbuf"]), _BUFFERS.get(attrs["dstbuf"])
+        raws = (attrs["s"], attrs["srcoff"], attrs["dstoff"], attrs["cnt"], attrs["depid"], attrs["deps"])
+        hasdep = attrs["hasdep"]
+    except KeyError:
+        return None
+    if (step_type is None or srcbuf is None or dstbuf is None or hasdep not in ("0", "1")
+            or not _PLAIN_INTS.fullmatch(" ".join(raws))):
+        return None
+    s, srcoff, dstoff, cnt, depid, deps = map(int, raws)
+    return XmlStep(s, step_type, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep == "1", line)
+
+
 def _parse_tree(data: bytes, source: str) -> tuple[_Element, dict[int, int]]:
     """The root element, and for each line the column where its first element starts."""
     parser = xml.parsers.expat.ParserCreate()
-    stack: list[_Element] = []
+    stack: list[_Element | None] = []
     roots: list[_Element] = []
     columns: dict[int, int] = {}
 
     def start(tag: str, attrs: dict[str, str]) -> None:
-        element = _Element(tag, dict(attrs), parser.CurrentLineNumber, parser.CurrentColumnNumber + 1)
-        (stack[-1].children if stack else roots).append(element)
+        line = parser.CurrentLineNumber
+        columns.setdefault(line, parser.CurrentColumnNumber + 1)
+        parent = stack[-1] if stack else None
+        if tag == "step" and parent is not None and parent.tag == "tb":
+            step = _plain_step(attrs, line)
+            if step is not None:
+                parent.children.append(step)
+                stack.append(None)  # what it contains is ignored, as the executor ignores it
+                return
+        element = _Element(tag, attrs, line, parser.CurrentColumnNumber + 1)
+        if parent is not None:
+            parent.children.append(element)
+        elif not stack:
+            roots.append(element)
         stack.append(element)
-        columns.setdefault(element.line, element.column)
 
     def end(tag: str) -> None:
         stack.pop()
@@ -226,10 +266,13 @@ class _Reader:
 
     def children(self, element: _Element, tag: str) -> list[_Element]:
         """The children named `tag`; the others are skipped, as the executor skips them."""
+        wanted = []
         for child in element.children:
-            if child.tag != tag:
-                self.skipped.append((element.tag, child))
-        return [c for c in element.children if c.tag == tag]
+            if type(child) is XmlStep or child.tag == tag:  # type: ignore[union-attr]
+                wanted.append(child)
+            else:
+                self.skipped.append((element.tag, child))  # type: ignore[arg-type]
+        return wanted
 
     def warn_skipped(self) -> None:
         """One warning per kind of skipped element, at its first occurrence."""
@@ -294,7 +337,7 @@ class _Reader:
             chan=self.integer(element, "chan", minimum=0),
             line=element.line,
         )
-        tb.steps = [self.step(s) for s in self.children(element, "step")]
+        tb.steps = [s if type(s) is XmlStep else self.step(s) for s in self.children(element, "step")]  # type: ignore[arg-type]
         return tb
 
     def step(self, element: _Element) -> XmlStep:

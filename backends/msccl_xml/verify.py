@@ -47,6 +47,10 @@ from collc.backends.msccl_xml.reader import XmlDocument, read_xml_document
 from collc.backends.msccl_xml.simulate import (
     BUFFER_WORDS,
     POISON,
+    RECEIVING,
+    SENDING,
+    ChunkCodec,
+    Code,
     Issue,
     RankLayout,
     Severity,
@@ -241,6 +245,61 @@ def expected_collective(kind: CollectiveKind, ngpus: int, nchunksperloop: int, r
     return standard(kind, ngpus, k, root)
 
 
+@dataclass(frozen=True)
+class ExpectedCollective:
+    """What a file's collective needs, in the simulator's encoding (`ChunkCodec`): built
+    without sets of ChunkIds (an AllReduce on 1,024 ranks as a `Collective` is a million
+    frozensets, 3 s and 450 MiB). Inputs are chunk(r, i) for i < in_chunks[r]; equal
+    output rows are one shared list."""
+
+    kind: CollectiveKind
+    ranks: int
+    in_chunks: Sequence[int]
+    outputs: Sequence[Sequence[Code | None]]
+
+    def out_chunks(self, rank: int) -> int:
+        return len(self.outputs[rank])
+
+
+def expected_codes(kind: CollectiveKind, ngpus: int, nchunksperloop: int, root: int = 0) -> ExpectedCollective:
+    """`expected_collective`, encoded; the two agree slot for slot (tests check it)."""
+    R = ngpus
+    codec = ChunkCodec(R)
+    chunk, total = codec.chunk, codec.sum_over_ranks
+    k = chunks_per_rank(kind, ngpus, nchunksperloop)
+    if k is None:
+        if kind is not CollectiveKind.ALLREDUCE:
+            raise ValueError(f"{kind.value} needs nchunksperloop divisible by ngpus")
+        row: list[Code | None] = [total(R, j) for j in range(nchunksperloop)]
+        return ExpectedCollective(kind, R, [nchunksperloop] * R, [row] * R)
+    outputs: list[Sequence[Code | None]]
+    if kind is CollectiveKind.ALLGATHER:
+        ins, row = k, [chunk(s, i) for s in range(R) for i in range(k)]
+        outputs = [row] * R
+    elif kind is CollectiveKind.REDUCESCATTER:
+        ins, outputs = R * k, [[total(R, r * k + i) for i in range(k)] for r in range(R)]
+    elif kind is CollectiveKind.ALLREDUCE:
+        ins, row = R * k, [total(R, j) for j in range(R * k)]
+        outputs = [row] * R
+    elif kind is CollectiveKind.ALLTOALL:
+        ins, outputs = R * k, [[chunk(s, r * k + i) for s in range(R) for i in range(k)] for r in range(R)]
+    elif kind is CollectiveKind.BROADCAST:
+        ins, row = k, [chunk(root, i) for i in range(k)]
+        outputs = [row] * R
+    elif kind is CollectiveKind.REDUCE:
+        ins, empty = k, [None] * k
+        outputs = [[total(R, i) for i in range(k)] if r == root else empty for r in range(R)]
+    elif kind is CollectiveKind.GATHER:
+        ins, empty = k, [None] * (R * k)
+        full = [chunk(s, i) for s in range(R) for i in range(k)]
+        outputs = [full if r == root else empty for r in range(R)]
+    elif kind is CollectiveKind.SCATTER:
+        ins, outputs = R * k, [[chunk(root, r * k + i) for i in range(k)] for r in range(R)]
+    else:
+        raise ValueError(f"no postcondition for {kind.value}")
+    return ExpectedCollective(kind, R, [ins] * R, outputs)
+
+
 def _allreduce_slots(ranks: int, slots: int) -> Collective:
     inputs = tuple(tuple(frozenset({ChunkId(r, i)}) for i in range(slots)) for r in range(ranks))
     outputs = tuple(tuple(frozenset(ChunkId(s, j) for s in range(ranks)) for j in range(slots))
@@ -297,7 +356,8 @@ class _Verifier:
         self.modes: tuple[str, ...] = ()
         self.root: int | None = None
         self.programs: list[list[ThreadblockProgram]] = []
-        self._collective: tuple[tuple[CollectiveKind, int | None], Collective] | None = None
+        self._collective: tuple[tuple[CollectiveKind, int | None], ExpectedCollective] | None = None
+        self._sizes: tuple[XmlGpu | None, dict[BufferName, tuple[str, int]]] = (None, {})
 
     # -- reporting -----------------------------------------------------------------------
     def span(self, line: int | None) -> Span:
@@ -421,7 +481,7 @@ class _Verifier:
             return None
         return [by_id[r] for r in range(a.ngpus)]
 
-    def collective(self) -> Collective | None:
+    def collective(self) -> ExpectedCollective | None:
         """The collective the file claims (with the root named or inferred so far), when
         collc models it."""
         if self.kind is None or (self.k is None and self.kind is not CollectiveKind.ALLREDUCE):
@@ -429,7 +489,7 @@ class _Verifier:
         key = (self.kind, self.root)
         if self._collective is None or self._collective[0] != key:
             a = self.algo
-            self._collective = (key, expected_collective(self.kind, a.ngpus, a.nchunksperloop, self.root or 0))
+            self._collective = (key, expected_codes(self.kind, a.ngpus, a.nchunksperloop, self.root or 0))
         return self._collective[1]
 
     def check_sizes(self, gpus: list[XmlGpu]) -> None:
@@ -437,7 +497,7 @@ class _Verifier:
         if coll is None:
             return
         for gpu in gpus:
-            sizes = len(coll.inputs[gpu.id]), len(coll.outputs[gpu.id])
+            sizes = coll.in_chunks[gpu.id], coll.out_chunks(gpu.id)
             for attr, declared, real, word in (("i_chunks", gpu.i_chunks, sizes[0], "input"),
                                                ("o_chunks", gpu.o_chunks, sizes[1], "output")):
                 if declared > real:
@@ -508,10 +568,10 @@ class _Verifier:
                        f"numbered s=0, 1, 2, ... as they appear (this one has s={step.s})", line, where=ref,
                        kind="step-number")
         t = step.type
-        if t.sends and tb.send < 0:
+        if t in SENDING and tb.send < 0:
             self.error(f"{ref} ({t.value}) sends, but its threadblock has send=\"-1\"", line, where=ref,
                        kind="peer", blocking=True)
-        if t.receives and tb.recv < 0:
+        if t in RECEIVING and tb.recv < 0:
             self.error(f"{ref} ({t.value}) receives, but its threadblock has recv=\"-1\"", line, where=ref,
                        kind="peer", blocking=True)
         if t is not StepType.NOP:
@@ -521,8 +581,11 @@ class _Verifier:
             elif step.cnt >= MAX_COUNT:
                 self.error(f"{ref} has cnt={step.cnt}; the executor needs cnt < {MAX_COUNT}", line, where=ref,
                            kind="limit")
-        sizes = {BufferName.INPUT: ("i_chunks", gpu.i_chunks), BufferName.OUTPUT: ("o_chunks", gpu.o_chunks),
-                 BufferName.SCRATCH: ("s_chunks", gpu.s_chunks)}
+        if self._sizes[0] is not gpu:  # once per GPU, not per step
+            self._sizes = (gpu, {BufferName.INPUT: ("i_chunks", gpu.i_chunks),
+                                 BufferName.OUTPUT: ("o_chunks", gpu.o_chunks),
+                                 BufferName.SCRATCH: ("s_chunks", gpu.s_chunks)})
+        sizes = self._sizes[1]
         for role, buffer, offset in _operands(step):
             assert buffer is not None  # the reader requires both buffers
             attr, size = sizes[buffer]
@@ -625,13 +688,13 @@ class _Verifier:
         for mode in self.modes:
             in_place = mode == IN_PLACE
             if coll is not None:
-                layouts = [rank_layout(self.kind, in_place, g.id, len(coll.inputs[g.id]),
-                                       len(coll.outputs[g.id]), g.s_chunks) for g in gpus]
-                inputs: Sequence[Sequence[Value]] = coll.inputs
+                layouts = [rank_layout(self.kind, in_place, g.id, coll.in_chunks[g.id], coll.out_chunks(g.id),
+                                       g.s_chunks) for g in gpus]
+                inputs: Sequence[int] = coll.in_chunks
             else:
                 layouts = [rank_layout(None, in_place, g.id, g.i_chunks, g.o_chunks, g.s_chunks) for g in gpus]
-                inputs = [[frozenset({ChunkId(g.id, i)}) for i in range(g.i_chunks)] for g in gpus]
-            result = simulate(a, layouts, inputs, programs=self.programs, max_issues=self.max_errors,
+                inputs = [g.i_chunks for g in gpus]
+            result = simulate(a, layouts, input_chunks=inputs, programs=self.programs, max_issues=self.max_errors,
                               check_races=self.check_races, fifo_capacity=self.fifo_capacity)
             problems = [self.issue_error(i) for i in result.errors]
             if result.suppressed:
@@ -652,27 +715,22 @@ class _Verifier:
         line = issue.where.line if issue.where else None
         return XmlVerifyError(issue.message, self.span(line), issue.notes, where=issue.where, kind=issue.kind.value)
 
-    def postcondition(self, coll: Collective, result: SimulationResult, gpus: list[XmlGpu]) -> list[XmlVerifyError]:
+    def postcondition(self, coll: ExpectedCollective, result: SimulationResult,
+                      gpus: list[XmlGpu]) -> list[XmlVerifyError]:
         if self.kind in ROOTED:
             if self.root is None:
                 self.infer_root(result)
             coll = self.collective()  # type: ignore[assignment]
             assert coll is not None
-        # An AllReduce's n^2 output slots each hold a set of n chunks, but copies share
-        # one set object, and so do equal expected values: each distinct pair of objects
-        # is compared once (n^3 element comparisons would be over 10^8 at 512 ranks).
-        compared: dict[tuple[int, int], bool] = {}
+        # Encoded values compare by value, and a copy shares its object: an identity test
+        # settles most slots before `==` (an AllReduce's full masks are n bits each).
         wrong = []
         for r in range(coll.ranks):
             for j, expected in enumerate(coll.outputs[r]):
                 if expected is None:
                     continue
-                got = result.value(r, BufferName.OUTPUT, j)
-                pair = (id(got), id(expected))  # both outlive this loop, so ids stay unique
-                differs = compared.get(pair)
-                if differs is None:
-                    differs = compared[pair] = got != expected
-                if differs:
+                got = result.code(r, BufferName.OUTPUT, j)
+                if got is not expected and got != expected:
                     wrong.append((r, j, expected, got))
         wrong = [w for w in wrong if w[3] is not POISON]  # already reported where it went wrong
         shown = 10
@@ -682,13 +740,15 @@ class _Verifier:
                                          f"{coll.kind.value} needs", self.span(None), kind="postcondition"))
         return errors
 
-    def slot_error(self, coll: Collective, result: SimulationResult, gpus: list[XmlGpu], rank: int, j: int,
-                   expected: Value, actual: Value | None) -> XmlVerifyError:
+    def slot_error(self, coll: ExpectedCollective, result: SimulationResult, gpus: list[XmlGpu], rank: int,
+                   j: int, expected_code: Code, actual_code: Code | None) -> XmlVerifyError:
         writer = result.last_writer(rank, BufferName.OUTPUT, j)
+        expected = result.codec.decode(expected_code)
         need = f"{coll.kind.value} needs {value_str(expected)} there"
-        if actual is None:
+        if actual_code is None:
             return XmlVerifyError(f"GPU {rank} output[{j}] is never written; {need}", self.span(gpus[rank].line),
                                   kind="postcondition")
+        actual = result.codec.decode(actual_code)
         details = []
         if missing := expected - actual:
             details.append(f"missing {value_str(missing)}")
@@ -707,9 +767,9 @@ class _Verifier:
         assert kind is not None
 
         def misses(root: int) -> int:
-            c = expected_collective(kind, a.ngpus, a.nchunksperloop, root)
+            c = expected_codes(kind, a.ngpus, a.nchunksperloop, root)
             return sum(1 for r in range(c.ranks) for j, e in enumerate(c.outputs[r])
-                       if e is not None and result.value(r, BufferName.OUTPUT, j) != e)
+                       if e is not None and result.code(r, BufferName.OUTPUT, j) != e)
 
         scores = [misses(r) for r in range(a.ngpus)]
         best = min(range(a.ngpus), key=lambda r: scores[r])
