@@ -42,6 +42,11 @@ class Backend:
     op_budget: Callable[[int], int] | None = None
     # The error its lowering raises when a schedule exceeds the runtime's limits.
     limit_error: type[Exception] | None = None
+    # The error its lowering raises when a GPU has more peers than the runtime allows,
+    # and the most distinct peers per GPU a synthesized schedule is then asked to keep
+    # to (None: no such retry).
+    peer_limit_error: type[Exception] | None = None
+    peer_budget: int | None = None
     # (collective, options) -> None, or a CollcError when this backend cannot express
     # the collective at all; run before any schedule is produced.
     check_collective: Callable[[Any, BackendOptions], None] | None = None

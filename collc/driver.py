@@ -51,18 +51,23 @@ def schedule_pipeline(job: CompileJob) -> str:
     return "verify" if job.algorithm else f"{job.pipeline},verify"
 
 
-def _capped(passes: list, max_ops: int) -> list:
+def _capped(passes: list, max_ops: int | None, max_peers: int | None = None) -> list:
     """The pipeline with its synthesize pass limited to `max_ops` ops, where the user set
-    neither chunks nor max_ops (a choice the user made is never overridden)."""
+    neither chunks nor max_ops, and to `max_peers` peers per GPU, where the user did not
+    set it (a choice the user made is never overridden)."""
     out = []
     for p in passes:
-        if p.name == "synthesize" and p.chunks == 0 and p.max_ops == type(p).max_ops:
-            p = replace(p, max_ops=max_ops)
+        if p.name == "synthesize":
+            if max_ops is not None and p.chunks == 0 and p.max_ops == type(p).max_ops:
+                p = replace(p, max_ops=max_ops)
+            if max_peers is not None and p.max_peers == type(p).max_peers:
+                p = replace(p, max_peers=max_peers)
         out.append(p)
     return out
 
 
-def produce_schedule(job: CompileJob, max_ops: int | None = None) -> tuple[CompileUnit, dict[str, Any] | None]:
+def produce_schedule(job: CompileJob, max_ops: int | None = None,
+                     max_peers: int | None = None) -> tuple[CompileUnit, dict[str, Any] | None]:
     """Run the schedule-producing passes; return the unit and the solver's facts (if any)."""
     unit = CompileUnit(job.topology, job.collective, job.size_bytes)
     if job.algorithm:
@@ -75,8 +80,8 @@ def produce_schedule(job: CompileJob, max_ops: int | None = None) -> tuple[Compi
                   "status": "hand-written", "optimal": None, "epochs": None, "variables": 0, "constraints": 0}
         return unit, solver
     passes = parse_pipeline(schedule_pipeline(job), job.span)
-    if max_ops is not None:
-        passes = _capped(passes, max_ops)
+    if max_ops is not None or max_peers is not None:
+        passes = _capped(passes, max_ops, max_peers)
     unit = PassManager(passes).run(unit)
     return unit, unit.notes.get("synthesize")
 
@@ -87,21 +92,42 @@ BUDGET_RETRIES = 4
 
 def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tuple[CompileUnit, dict[str, Any] | None]:
     """Produce the schedule and run the backend's lowering. A synthesized schedule is
-    kept within the backend's op budget, halved while lowering hits the runtime's limits."""
+    kept within the backend's op budget; while lowering hits the runtime's limits, it is
+    asked for at most the backend's peers per GPU (once, where a GPU had too many
+    peers), else for half the ops."""
     lowering = back.lowering(options)
     budget = back.op_budget(job.collective.ranks) if back.op_budget and not job.algorithm else None
+    peers: int | None = None
     for attempt in range(BUDGET_RETRIES + 1):
-        unit, solver = produce_schedule(job, budget)
+        unit, solver = produce_schedule(job, budget, peers)
         if not lowering:
             return unit, solver
         try:
             return PassManager(parse_pipeline(lowering)).run(unit), solver
         except Exception as exc:
             if (budget is None or back.limit_error is None or not isinstance(exc, back.limit_error)
-                    or attempt == BUDGET_RETRIES or len(unit.schedule.ops) <= job.collective.ranks):
+                    or attempt == BUDGET_RETRIES):
+                raise
+            if (peers is None and back.peer_budget and back.peer_limit_error is not None
+                    and isinstance(exc, back.peer_limit_error)):
+                peers = back.peer_budget
+                continue
+            if len(unit.schedule.ops) <= job.collective.ranks:
                 raise
             budget = max(1, min(budget, len(unit.schedule.ops)) // 2)
     raise AssertionError("unreachable")
+
+
+def most_peers(schedule: Schedule) -> int:
+    """The most distinct ranks one rank sends to or receives from in `schedule`."""
+    sends: dict[int, set[int]] = {}
+    recvs: dict[int, set[int]] = {}
+    for op in schedule.ops:
+        a, b = op.src.rank, op.dst.rank
+        if a != b:
+            sends.setdefault(a, set()).add(b)
+            recvs.setdefault(b, set()).add(a)
+    return max((len(p) for p in (*sends.values(), *recvs.values())), default=0)
 
 
 def _is_stdlib_instance(schedule: Schedule | None, name: str) -> bool:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from collc.backends.msccl_xml.limits import LimitError
+from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL
+from collc.backends.msccl_xml.limits import LimitError, PeerLimitError
 from collc.backends import Backend, BackendOptions
 from collc.backends.msccl_xml.lowering import lower, lowering_pipeline
 from collc.backends.msccl_xml.model import XmlAlgo
@@ -92,5 +93,11 @@ BACKEND = Backend(
     # peer keep links busy. The driver halves this when a schedule still does not fit.
     op_budget=lambda ranks: 1024 * ranks,
     limit_error=LimitError,
+    # Each peer of a GPU takes a threadblock of its own (per channel), at most 32 per
+    # channel and SMs - 2 per GPU on all channels: a schedule whose GPUs each talk to
+    # every other node (133 peers on 128 DGX H100 nodes) cannot be placed, and the
+    # driver then asks synthesis for one with at most this many.
+    peer_limit_error=PeerLimitError,
+    peer_budget=MAX_TBS_PER_CHANNEL,
     check_collective=lambda collective, options: coll_token(collective) and None,
 )

@@ -35,6 +35,10 @@ class LimitError(CollcError):
     """A program the MSCCL executor cannot load."""
 
 
+class PeerLimitError(LimitError):
+    """A GPU exchanges data with more peers than it can have threadblocks resident."""
+
+
 # SMs left to other kernels (NCCL's own, the application's compute) that may hold an SM
 # when the collective starts.
 SM_HEADROOM = 2

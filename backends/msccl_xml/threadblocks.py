@@ -22,7 +22,7 @@ from collc.backends.msccl_xml.program import (
     LGpu, Program, Stage, base_chunks_per_loop, coll_token,
 )
 from collc.diagnostics import CollcError
-from collc.backends.msccl_xml.limits import LimitError, threadblock_excess
+from collc.backends.msccl_xml.limits import LimitError, PeerLimitError, threadblock_excess
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.passes.base import CompileUnit, Pass, register_pass
@@ -42,6 +42,8 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     if max_steps < 1:
         raise CollcError(f"msccl-threadblocks: max_steps={max_steps}; a threadblock needs room for at least one step")
     check_counts(instances, channels)
+    if sms:
+        _check_peers(schedule, instances, sms)
     split = split_schedule(schedule, inplace=inplace, instances=instances)
     tries = channel_counts(split.halves, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
@@ -98,6 +100,28 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     raise LimitError(f"msccl-threadblocks: even over {tries[-1]} channels {where} gets {steps} steps, more than "
                      f"max_steps={max_steps}; raise max_steps if the runtime allows more (the older MSCCL runtime "
                      "runs 256), or use fewer chunks per rank or fewer instances")
+
+
+def _check_peers(schedule: Schedule, instances: int, sms: int) -> None:
+    """Fail at once where a GPU has more peers than it can have threadblocks: a
+    threadblock sends to one peer and receives from one, so a GPU needs at least as many
+    as it has distinct send (or receive) peers, per instance. Placing such a schedule
+    would only find out after trying every channel count (minutes at 1,024 GPUs)."""
+    sends: dict[int, set[int]] = {}
+    recvs: dict[int, set[int]] = {}
+    for op in schedule.ops:
+        a, b = op.src.rank, op.dst.rank
+        if a != b:
+            sends.setdefault(a, set()).add(b)
+            recvs.setdefault(b, set()).add(a)
+    most, rank, what = max(max(((len(p), -r, "sends to") for r, p in sends.items()), default=(0, 0, "")),
+                           max(((len(p), -r, "receives from") for r, p in recvs.items()), default=(0, 0, "")))
+    excess = threadblock_excess(most * instances, sms)
+    if excess is not None:
+        raise PeerLimitError(f"msccl-threadblocks: GPU {-rank} {what} {most} GPUs, and each peer takes a threadblock "
+                         f"of its own{f' per instance ({instances})' if instances > 1 else ''}: it needs at least "
+                         f"{excess}. Use a schedule with fewer peers per GPU (synthesize{{max_peers=...}}) or "
+                         "fewer instances")
 
 
 def _longest(program: Program) -> tuple[int, str]:

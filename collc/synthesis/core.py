@@ -57,10 +57,12 @@ class SynthesisOptions:
     max_ops: int = 300_000
     # Search stops once a schedule is within this fraction of the lower bound.
     tolerance: float = 0.01
+    # Most distinct peers per GPU in a replicated tree packing (0: no limit).
+    max_peers: int = 0
 
     @property
     def solver(self) -> SolverOptions:
-        return SolverOptions(self.mip_gap, self.threads, self.seed)
+        return SolverOptions(self.mip_gap, self.threads, self.seed, self.max_peers)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ loop over the million rank pairs would cost more than the LP.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -115,7 +116,19 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
         columns.append((g, routes, depths))
 
     nodes_of = [(key[0],) + tuple(d for d in key[1] if d != key[0]) for key in reps]
-    first = [(g, *arborescence(net, nodes_of[g], route_time, route_src, route_dst)) for g in range(n_cls)]
+    allowed = peer_mask(sym, options.max_peers, route_src, route_dst)
+    first_cost = route_time if allowed is None else np.where(allowed, route_time, np.inf)
+    from collc.synthesis.steady import NotApplicable
+
+    try:
+        first = [(g, *arborescence(net, nodes_of[g], first_cost, route_src, route_dst)) for g in range(n_cls)]
+    except NotApplicable:
+        if allowed is None:
+            raise
+        # The restricted pairs do not span every source's destinations: no limit then
+        # (the backend's own check still decides whether the schedule fits).
+        allowed = None
+        first = [(g, *arborescence(net, nodes_of[g], route_time, route_src, route_dst)) for g in range(n_cls)]
     load = np.zeros(n_rows)
     for g, routes, _ in first:
         for ri in routes:
@@ -151,6 +164,8 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
         for g in range(n_cls):
             volume = weight[reps[g]] * classes[reps[g]] / scale
             cost = volume * route_price + 1e-9 * t_value * route_time / max(route_time.max(), 1e-30)
+            if allowed is not None:
+                cost[~allowed] = np.inf
             routes, depths = arborescence(net, nodes_of[g], cost, route_src, route_dst)
             reduced = volume * float(route_price[list(routes)].sum()) - class_dual[g]
             if reduced < -PRICING_TOLERANCE * t_value:
@@ -176,8 +191,6 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
         for routes, depths, v in rep_shares[g]:
             images = sym.route_images(routes)
             if images is None:
-                from collc.synthesis.steady import NotApplicable
-
                 raise NotApplicable("an automorphism maps a tree's route to no route")
             for cls, s in orbits[key]:
                 image = tuple(images[s].tolist())
@@ -189,6 +202,32 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     real = float(loads.max())
     stats = SolveStats(h.getNumCol(), h.getNumRow(), deadline.elapsed())
     return RateSolution(max(t_value, real), shares, depth, status, stats, "trees", replicated=len(reps))
+
+
+def peer_mask(sym: Symmetry, max_peers: int, route_src: np.ndarray, route_dst: np.ndarray) -> np.ndarray | None:
+    """Which routes a replicated tree may use so that every GPU keeps to few peers; None
+    for all of them.
+
+    Replicated trees are images of the representatives' trees under shifts, so a GPU's
+    peers are the shifts' differences (coords[v] - coords[u]) that the representatives'
+    trees use. Along a shift of order m larger than max_peers / 4 (the nodes of a large
+    cluster), only differences below k = ceil(sqrt(m)) or multiples of k are allowed:
+    about 2 sqrt(m) of them, and any node is still two hops away. On 128 nodes of 8 GPUs
+    a GPU then talks to about 30 peers rather than 133 (one per other node on its rail,
+    and its node's GPUs), which MSCCL's executor (a threadblock per peer, 32 peers per
+    channel, every threadblock resident at once) can run. The rate is unchanged where
+    the links of a shift's orbit are alike; the extra hop costs pipeline fill."""
+    if max_peers <= 0 or sym.coords is None or sym.orders is None:
+        return None
+    allowed: np.ndarray | None = None
+    for k, m in enumerate(sym.orders.tolist()):
+        if m <= max(max_peers // 4, 2):
+            continue
+        step = math.isqrt(m - 1) + 1
+        delta = (sym.coords[route_dst, k] - sym.coords[route_src, k]) % m
+        ok = (delta < step) | (delta % step == 0)
+        allowed = ok if allowed is None else allowed & ok
+    return allowed
 
 
 def _link_orbits(link_map: np.ndarray) -> np.ndarray:

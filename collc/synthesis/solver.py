@@ -27,6 +27,10 @@ class SolverOptions:
     mip_gap: float = 0.0
     threads: int = 0  # 0: one thread (HiGHS's parallel modes do not give the same answer every run)
     seed: int = 0
+    # Most distinct peers a GPU may exchange data with, where the packing is replicated
+    # over identical nodes (0: no limit). A runtime that gives every peer its own
+    # threadblock (MSCCL) needs this on large clusters: see replicate.peer_mask.
+    max_peers: int = 0
 
 
 class Outcome(str, Enum):

@@ -15,6 +15,7 @@ is found, never whether what is used is right.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -40,6 +41,11 @@ class Symmetry:
     link_map: np.ndarray  # (ranks, links): the same automorphism on links
     routes: "_Routes"
     generators: int
+    # rank -> how many times each generator was applied to reach it from its
+    # representative (modulo the generator's order): the rank's place in its orbit, so
+    # that coords[v] - coords[u] says how far apart two ranks are along each shift.
+    coords: np.ndarray | None = None  # (ranks, generators)
+    orders: np.ndarray | None = None  # (generators,): each generator's order
 
     def route_images(self, routes: tuple[int, ...]) -> np.ndarray | None:
         """(ranks, len(routes)): row s holds the images of `routes` under rank s's
@@ -70,6 +76,8 @@ def find_symmetry(network: Network) -> Symmetry | None:
     ident = np.arange(n_nodes)
     perm_of: dict[int, np.ndarray] = {}
     representative = np.full(network.ranks, -1)
+    orders = np.array([_order(g) for g in gens], dtype=np.int64)
+    coords = np.zeros((network.ranks, len(gens)), dtype=np.int64)
     for start in range(network.ranks):
         if representative[start] >= 0:
             continue
@@ -79,12 +87,14 @@ def find_symmetry(network: Network) -> Symmetry | None:
         while frontier:
             nxt = []
             for s in frontier:
-                for g in gens:
+                for k, g in enumerate(gens):
                     p = g[perm_of[s]]
                     t = int(rank_of_node[p[gpu_node[start]]])
                     if representative[t] < 0:
                         representative[t] = start
                         perm_of[t] = p
+                        coords[t] = coords[s]
+                        coords[t, k] = (coords[s, k] + 1) % orders[k]
                         nxt.append(t)
             frontier = nxt
     if len(set(representative.tolist())) == network.ranks:
@@ -97,7 +107,23 @@ def find_symmetry(network: Network) -> Symmetry | None:
     # on every tree the steady-state method replicates.
     if routes.images(link_map, np.arange(min(len(network.routes), 4096))) is None:
         return None
-    return Symmetry(representative, rank_map, link_map, routes, len(gens))
+    return Symmetry(representative, rank_map, link_map, routes, len(gens), coords, orders)
+
+
+def _order(perm: np.ndarray) -> int:
+    """The order of a permutation: the least common multiple of its cycles' lengths."""
+    seen = np.zeros(len(perm), dtype=bool)
+    order = 1
+    for i in range(len(perm)):
+        if seen[i]:
+            continue
+        length, j = 0, i
+        while not seen[j]:
+            seen[j] = True
+            j = int(perm[j])
+            length += 1
+        order = order * length // math.gcd(order, length)
+    return order
 
 
 def generators(topo: Topology) -> list[np.ndarray]:

@@ -97,3 +97,43 @@ def test_a_rooted_collective_keeps_every_flow_search():
         bounds.requirements(standard("broadcast", topo.num_ranks, root=0))), 1.0)
     # The root breaks the symmetry: no GPU may stand for another.
     assert len(model._orbit_representatives()) == topo.num_ranks
+
+
+def _most_in_peers(schedule) -> int:
+    peers: dict[int, set[int]] = {}
+    for op in schedule.ops:
+        if op.src.rank != op.dst.rank:
+            peers.setdefault(op.dst.rank, set()).add(op.src.rank)
+    return max(len(p) for p in peers.values())
+
+
+def test_a_peer_limit_keeps_each_gpu_to_few_peers_at_the_same_rate():
+    """max_peers restricts the representatives' trees to node shifts below ceil(sqrt(8)) = 3
+    or multiples of it; the replicated schedule then has fewer peers per GPU (the star
+    over 8 nodes gives 7 + 6 = 13) and, the rail links all being alike, the same time."""
+    from collc.synthesis.core import SynthesisOptions, synthesize
+
+    topo = topos.dgx_h100(8)
+    coll = standard("allgather", 64)
+    free = synthesize(topo, coll, 1 << 30, SynthesisOptions(progress=False, max_ops=1 << 16))
+    few = synthesize(topo, coll, 1 << 30, SynthesisOptions(progress=False, max_ops=1 << 16, max_peers=8))
+    assert _most_in_peers(free.schedule) == 13
+    assert _most_in_peers(few.schedule) <= 8
+    assert few.estimate_s == pytest.approx(free.estimate_s, rel=1e-3)
+    verify(few.schedule, topo)  # raises if the schedule is wrong
+
+
+def test_peer_mask_allows_small_shifts_and_multiples_of_the_root():
+    from collc.synthesis.replicate import peer_mask
+
+    net = Network(topos.dgx_h100(16))
+    sym = find_symmetry(net)
+    src = np.array([r.src for r in net.routes])
+    dst = np.array([r.dst for r in net.routes])
+    assert peer_mask(sym, 0, src, dst) is None
+    ok = peer_mask(sym, 32, src, dst)
+    node_shift = int(np.flatnonzero(sym.orders == 16)[0])
+    delta = (sym.coords[dst, node_shift] - sym.coords[src, node_shift]) % 16
+    # ceil(sqrt(16)) = 4: shifts 0-3 and 4, 8, 12 are allowed; 5-7, 9-11, 13-15 are not.
+    assert set(delta[ok].tolist()) == {0, 1, 2, 3, 4, 8, 12}
+    assert not ok[np.isin(delta, [5, 6, 7, 9, 10, 11, 13, 14, 15])].any()

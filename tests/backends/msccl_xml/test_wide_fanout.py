@@ -50,3 +50,18 @@ def test_a_chain_wider_than_a_channel_is_split_over_channels():
     per_channel = Counter(tb.chan for tb in hub.tbs)
     assert algo.nchannels == 2 and max(per_channel.values()) <= MAX_TBS_PER_CHANNEL
     assert len(hub.tbs) == 2 * MAX_TBS_PER_CHANNEL
+
+
+def test_a_gpu_with_more_peers_than_resident_threadblocks_fails_before_placement():
+    import pytest
+
+    from collc.backends.msccl_xml.limits import LimitError
+    from collc.backends.msccl_xml.threadblocks import assign_threadblocks
+
+    schedule = hub_allgather(40)  # rank 0 receives from 39 GPUs and sends to 39
+    assign_threadblocks(schedule, sms=66)  # 64 resident: its 2 channels x 32 threadblocks fit
+    with pytest.raises(LimitError, match=r"GPU 0 sends to 39 GPUs, and each peer takes a threadblock of its own: "
+                                         r"it needs at least 39 threadblocks, but a GPU of 40 SMs keeps at most 38"):
+        assign_threadblocks(schedule, sms=40)
+    with pytest.raises(LimitError, match=r"per instance \(2\): it needs at least 78 threadblocks"):
+        assign_threadblocks(schedule, sms=60, instances=2)
