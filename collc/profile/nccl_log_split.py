@@ -1,0 +1,301 @@
+"""A big NCCL log read by several processes: pieces scanned in parallel, records made in order.
+
+One process reads an NCCL log at about 80 MB per CPU second, nearly all of it the scan
+(`nccl_log._scan`: the regex, and the Python work per line of interest). Here the log
+is cut at line boundaries into pieces of `PIECE_BYTES`; worker processes scan them and
+send back their events (one small tuple per COLL or TUNING line, whose shared parts
+pickle once per piece), and this process replays the events in file order
+(`nccl_log._replay`): records, and which TUNING line completes which call, come out of
+the same code, in the same order, as in one sequential pass.
+
+What a piece's scan needs from the lines before it is what INIT lines said (comm ranks,
+sizes and ids, each process's rank). INIT lines are rare: before a piece is handed out,
+this process finds them in the pieces before it with a regex that skips everything else
+at C speed (`_INIT_HINT`: a superset of INIT lines, each confirmed with the reader's own
+line pattern) and gives the worker those tables as they stand at the piece's start.
+What a worker would tell the shared `TraceContext` (communicators, world size) it
+records instead, and this process tells the context in file order. Line numbers are
+counted from each piece's start and offset here, so errors and `location`s are those of
+the sequential read.
+
+Plain files are read by the workers themselves (only offsets are sent); gzip and other
+streams are decompressed here, in `CHUNK_BYTES` reads as the sequential reader does (so a
+truncated stream fails at the same line and offset), and their pieces sent.
+
+Used when the log is at least `PARALLEL_MIN_BYTES` and more than one CPU is usable
+(`os.sched_getaffinity`); `COLLC_NCCL_LOG_PROCESSES=1` keeps every read in one process.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import multiprocessing
+import os
+import re
+import stat
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import BinaryIO, Iterator
+
+from .detect import TraceSource
+from .records import CollectiveCall, SourceSummary, TraceContext
+from . import nccl_log
+from .nccl_log import _ICOMM, _LINE, _State, apply_init, apply_ops, read_or_fail
+
+PARALLEL_MIN_BYTES = 16 << 20   # below this, starting processes costs more than it saves
+PIECE_BYTES = 8 << 20           # small enough that the last piece's replay is short
+PROCESSES_ENV = "COLLC_NCCL_LOG_PROCESSES"
+
+# Every INIT line contains this (the pattern's INIT branch: `comm 0x.. rank R n[Rr]anks N`);
+# it starts with a literal that COLL and TUNING lines lack, so the scan for it is fast.
+_INIT_HINT = re.compile(rb" rank \d+ n[Rr]anks \d")
+
+
+def processes() -> int:
+    """How many processes may read one log: the CPUs this process may run on, or
+    COLLC_NCCL_LOG_PROCESSES (a positive integer) where set."""
+    wanted = os.environ.get(PROCESSES_ENV, "").strip()
+    if wanted.isdigit() and int(wanted) >= 1:
+        return int(wanted)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:       # not on Linux
+        return os.cpu_count() or 1
+
+
+def read_split(source: TraceSource, state: _State) -> Iterator[CollectiveCall] | None:
+    """The log's calls read by several processes (those the sequential read would yield
+    before its final flush, with `state` left as it would leave it), or None where one
+    process should read it: one CPU, a small plain file, or something that is not a file."""
+    workers = processes()
+    if workers < 2:
+        return None
+    f = source.open()
+    try:
+        size = _regular_file_size(f)
+    except BaseException:
+        f.close()
+        raise
+    if size is not None:
+        if size < PARALLEL_MIN_BYTES:
+            f.close()
+            return None
+        return _read_plain(f, size, state, workers)
+    return _read_stream(f, state, workers)
+
+
+def _regular_file_size(f: BinaryIO) -> int | None:
+    """The size of a plain file read as is (not decompressed), else None."""
+    if not isinstance(f, io.BufferedReader) or not isinstance(getattr(f, "name", None), (str, bytes, os.PathLike)):
+        return None
+    info = os.fstat(f.fileno())
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+# --- what each worker does ----------------------------------------------------------
+
+PieceResult = tuple   # (events, lines, skipped counts, first bad line, context ops)
+
+
+def _scan_file_range(path: str, identity: tuple[int, int], start: int, end: int,
+                     comms: dict, process_rank: dict) -> PieceResult:
+    """Scan bytes [start, end) of the file at `path` (whole lines)."""
+    with open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        if (info.st_dev, info.st_ino) != identity:
+            raise OSError(f"{path} was replaced while it was read")
+        f.seek(start)
+        return _scan_piece(_Range(f, end - start), path, comms, process_rank)
+
+
+def _scan_bytes(data: bytes, name: str, comms: dict, process_rank: dict) -> PieceResult:
+    return _scan_piece(io.BytesIO(data), name, comms, process_rank)
+
+
+def _scan_piece(f: BinaryIO, name: str, comms: dict, process_rank: dict) -> PieceResult:
+    state = _State(name, SourceSummary(name, "nccl-log"), TraceContext(), comms, process_rank,
+                   record_ops=True)
+    events: list = []
+    enabled = gc.isenabled()
+    gc.disable()              # the events are all kept: see nccl_log._scan_batch
+    try:
+        for data, end in nccl_log._chunks(f, state):
+            events += nccl_log._scan(data, end, state)
+    finally:
+        if enabled:
+            gc.enable()
+    return events, state.lines, dict(state.summary.skipped), state.first_bad, state.ops
+
+
+class _Range:
+    """The next `length` bytes of a file, as a file."""
+
+    def __init__(self, f: BinaryIO, length: int):
+        self.f, self.left = f, length
+
+    def read(self, n: int) -> bytes:
+        data = self.f.read(min(n, self.left))
+        self.left -= len(data)
+        return data
+
+
+# --- what this process does ---------------------------------------------------------
+
+class _InitTables:
+    """The INIT lines' tables (`_State.comms`, `_State.process_rank`) as of the end of
+    the pieces seen so far."""
+
+    def __init__(self, state: _State):
+        self.comms, self.process_rank = dict(state.comms), dict(state.process_rank)
+
+    def snapshot(self) -> tuple[dict, dict]:
+        return dict(self.comms), dict(self.process_rank)
+
+    def see(self, data, start: int, end: int) -> None:
+        """Take in the INIT lines of data[start:end] (whole lines), in order: each line
+        that holds the hint and whose match by the reader's pattern is an INIT line."""
+        last_line = -1
+        for hint in _INIT_HINT.finditer(data, start, end):
+            line_start = data.rfind(b"\n", start, hint.start()) + 1 or start
+            if line_start == last_line:
+                continue
+            last_line = line_start
+            line_end = data.find(b"\n", hint.end(), end)
+            m = _LINE.search(data, line_start, end if line_end < 0 else line_end)
+            if m is not None and m.group(_ICOMM + 1) is not None:
+                apply_init(m.groups(), bytes(data[line_start:m.start()]), self.comms, self.process_rank)
+
+
+def _read_plain(f: BinaryIO, size: int, state: _State, workers: int) -> Iterator[CollectiveCall]:
+    import mmap
+    with f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        info = os.fstat(f.fileno())
+        path = os.fsdecode(f.name)
+
+        def tasks() -> Iterator[tuple]:
+            tables = _InitTables(state)
+            start = 0
+            while start < size:
+                end = _cut(data, start, size)
+                yield (_scan_file_range, path, (info.st_dev, info.st_ino), start, end, *tables.snapshot())
+                tables.see(data, start, end)
+                start = end
+
+        yield from _run(tasks(), state, workers)
+
+
+def _cut(data, start: int, size: int) -> int:
+    """The end of the piece that starts at `start`: just after the last newline within
+    PIECE_BYTES (or the first one after, for a longer line), or the end of the file."""
+    limit = start + PIECE_BYTES
+    if limit >= size:
+        return size
+    cut = data.rfind(b"\n", start, limit) + 1
+    if cut <= start:
+        cut = data.find(b"\n", limit) + 1
+    return cut if cut > start else size
+
+
+def _read_stream(f: BinaryIO, state: _State, workers: int) -> Iterator[CollectiveCall]:
+    with f:
+        head, complete = _read_ahead(f, state.name)
+        if complete:          # small: read in this process, as the sequential reader does
+            pieces = nccl_log._chunks(io.BytesIO(head), state)
+            while (calls := nccl_log._scan_batch(pieces, state)) is not None:
+                yield from calls
+            return
+        yield from _run(_stream_tasks(f, head, state), state, workers)
+
+
+def _read_ahead(f: BinaryIO, name: str) -> tuple[bytes, bool]:
+    """The stream's first PARALLEL_MIN_BYTES (or all of it), read as the sequential reader
+    reads (and fails); True if that is all of it."""
+    chunks: list[bytes] = []
+    read = lines = 0
+    while read < PARALLEL_MIN_BYTES:
+        chunk = read_or_fail(f, nccl_log.CHUNK_BYTES, name, lines + 1, read)
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        read += len(chunk)
+        lines += chunk.count(b"\n")
+    return b"".join(chunks), False
+
+
+def _stream_tasks(f: BinaryIO, head: bytes, state: _State) -> Iterator[tuple]:
+    """Pieces of the decompressed stream (after `head`, its first bytes), each with the
+    INIT tables as of its start."""
+    tables = _InitTables(state)
+    name = state.name
+    buffered: list[bytes] = [head]
+    size = len(head)
+    offset, lines = len(head), head.count(b"\n")   # read so far, for the error of a bad stream
+    done = False
+    target = PIECE_BYTES
+    while not done:
+        while size < target:
+            chunk = read_or_fail(f, nccl_log.CHUNK_BYTES, name, lines + 1, offset)
+            if not chunk:
+                done = True
+                break
+            buffered.append(chunk)
+            size += len(chunk)
+            offset += len(chunk)
+            lines += chunk.count(b"\n")
+        data = b"".join(buffered)
+        cut = len(data) if done else data.rfind(b"\n") + 1
+        if cut == 0:                  # one line longer than a piece: read on
+            buffered, size = [data], len(data)
+            target = size + 1
+            continue
+        target = PIECE_BYTES
+        piece = data[:cut] if cut < len(data) else data
+        if piece:
+            yield (_scan_bytes, piece, name, *tables.snapshot())
+            tables.see(piece, 0, len(piece))
+        rest = data[cut:]
+        buffered, size = [rest], len(rest)
+
+
+def _run(tasks: Iterator[tuple], state: _State, workers: int) -> Iterator[CollectiveCall]:
+    """Hand the tasks to `workers` processes, at most two each in flight, and replay
+    their results in order."""
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    line_base = state.lines
+    in_flight: deque[Future] = deque()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
+        for task in tasks:
+            in_flight.append(pool.submit(*task))
+            if len(in_flight) > 2 * workers:
+                calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
+                yield from calls
+        while in_flight:
+            calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
+            yield from calls
+    finally:
+        for future in in_flight:
+            future.cancel()
+        pool.shutdown(wait=True)
+    state.lines = line_base
+
+
+def _merge(result: PieceResult, line_base: int, state: _State) -> tuple[list[CollectiveCall], int]:
+    """The calls a piece's events complete, and the number of lines before the next
+    piece; the piece's counts, first malformed line and context ops taken into `state`."""
+    events, lines, skipped, first_bad, ops = result
+    apply_ops(ops, state)
+    state.summary.skipped.update(skipped)
+    if first_bad is not None and state.first_bad is None:
+        state.first_bad = line_base + first_bad
+    out: list[CollectiveCall] = []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        nccl_log._replay(events, line_base, state, out)
+    finally:
+        if enabled:
+            gc.enable()
+    return out, line_base + lines
