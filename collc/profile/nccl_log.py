@@ -26,6 +26,8 @@ import re
 import sys
 import time
 import zlib
+from array import array
+from itertools import repeat
 from typing import BinaryIO, Iterator
 
 from ..diagnostics import CollcError, Span
@@ -120,7 +122,10 @@ class _State:
         self.process_rank: dict[bytes, tuple[int, int]] = dict(process_rank or {})
         self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = {}
         self.first_bad: int | None = None
-        self.shapes: dict[tuple, object] = {}     # see _scan
+        self.shapes: dict[tuple, int] = {}        # see _scan: a key -> its index in shape_list, or -1
+        self.shape_list: list[tuple] = []         # see _coll_shape
+        self.tuning_ids: dict[tuple, int] = {}    # (thread, tuning) -> its index in tuning_list
+        self.tuning_list: list[tuple] = []
         self.threads: dict[bytes, tuple[bytes, bytes]] = {}   # line prefix -> (pid, tid)
         self.tunings: dict[bytes, tuple] = {}     # TUNING line's text -> see _tuning
         self.seqs: dict[bytes, int] = {}          # opCount text -> its value
@@ -128,6 +133,14 @@ class _State:
         self.lines = 0                            # lines before the piece being scanned
         # What the scan would tell `context`, in order, when it must not tell it itself.
         self.ops: list[tuple] | None = [] if record_ops else None
+
+    def trim(self) -> None:
+        """Forget the shapes and TUNING pairs of events already replayed, if many."""
+        if len(self.shape_list) > 100_000 or len(self.tuning_list) > 100_000:
+            self.shapes.clear()
+            self.shape_list.clear()
+            self.tuning_ids.clear()
+            self.tuning_list.clear()
 
     def saw_comm(self, comm_id: str | None, nranks: int) -> None:
         """An INIT line's communicator (and the world size it implies)."""
@@ -259,6 +272,7 @@ def _scan_batch(pieces: Iterator[tuple[bytes, int]], state: _State) -> list[Coll
         scanned = 0
         for data, end in pieces:
             _replay(_scan(data, end, state), 0, state, out)
+            state.trim()
             scanned += 1
             if scanned == PIECES_PER_BATCH:
                 break
@@ -268,12 +282,53 @@ def _scan_batch(pieces: Iterator[tuple[bytes, int]], state: _State) -> list[Coll
             gc.enable()
 
 
-# An event of the scan is a 4-tuple: a COLL line is (shape, line number, seq, timestamp)
-# and a TUNING line (None, thread, tuning, None); see `_scan` for shape and tuning.
-Event = tuple
+class Events:
+    """What a scan saw, in file order, as columns (cheap to send between processes).
+
+    `ids[k]` is a COLL line's shape (an index into `shapes`: see `_coll_shape`) or, as
+    `~j`, a TUNING line's (thread, tuning) pair `tunings[j]` (see `_tuning`); `lines`,
+    `seqs` and `stamps` hold a COLL line's line number, opCount and timestamp (0, 0 and
+    None for a TUNING line). `stamps` is None where no line had a timestamp.
+    """
+
+    __slots__ = ("ids", "lines", "seqs", "stamps", "shapes", "tunings")
+
+    def __init__(self, shapes: list, tunings: list):
+        self.ids: list[int] = []
+        self.lines: list[int] = []
+        self.seqs: list[int] = []
+        self.stamps: list[float | None] | None = None
+        self.shapes, self.tunings = shapes, tunings
+
+    def extend(self, more: "Events") -> None:
+        """Append the events of the next piece of the same scan (same shapes and tunings)."""
+        if more.stamps is not None or self.stamps is not None:
+            self.stamps = ((self.stamps if self.stamps is not None else [None] * len(self.ids))
+                           + (more.stamps if more.stamps is not None else [None] * len(more.ids)))
+        self.ids += more.ids
+        self.lines += more.lines
+        self.seqs += more.seqs
+
+    def packed(self) -> "Events":
+        """The same events with the columns as arrays: pickled as bytes, not per value."""
+        out = Events(self.shapes, self.tunings)
+        out.ids, out.lines = array("q", self.ids), array("q", self.lines)
+        try:
+            out.seqs = array("Q", self.seqs)
+        except OverflowError:          # an opCount of more than 64 bits: kept as ints
+            out.seqs = self.seqs
+        out.stamps = self.stamps
+        return out
+
+    def __getstate__(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, values):
+        for name, value in zip(self.__slots__, values):
+            setattr(self, name, value)
 
 
-def _scan(data: bytes, end: int, state: _State) -> list[Event]:
+def _scan(data: bytes, end: int, state: _State) -> Events:
     """The events of `data[:end]` (whole lines), in file order.
 
     The hot path of the reader, one pass per line of interest, written for speed: the
@@ -283,18 +338,19 @@ def _scan(data: bytes, end: int, state: _State) -> list[Event]:
     thread of a TUNING line from a cache keyed by its prefix. What to make of the events
     (records, and which TUNING line completes which call) is `_replay`'s.
     """
-    events: list[Event] = []
-    add = events.append
+    events = Events(state.shape_list, state.tuning_list)
+    ids, lines, seqs_out = events.ids, events.lines, events.seqs
+    add_id, add_line, add_seq = ids.append, lines.append, seqs_out.append
+    stamps: list[float | None] | None = None
     pos, line = 0, state.lines + 1     # `line` = the number of the line at offset `pos`
     rfind, count = data.rfind, data.count
-    shapes, threads, tunings = state.shapes, state.threads, state.tunings
+    shapes, threads, tunings, tuning_ids = state.shapes, state.threads, state.tunings, state.tuning_ids
     # opCount text -> value: values repeat (one per comm of the file; NCCL 2.27 logs 0 on every line)
     seqs = state.seqs
     summary = state.summary
     COLL_GROUPS = (_OP + 1, _OPCOUNT + 1, _SHAPE + 1, _GRANK + 1)
     TUNING = _TUNING + 1      # the group that ends a TUNING line's match: its `lastindex`
     ICOMM = _ICOMM + 1
-    UNKNOWN_OP = _UNKNOWN_OP
     for m in _LINE.finditer(data, 0, end):
         start = m.start()
         line_start = rfind(b"\n", 0, start) + 1
@@ -305,15 +361,17 @@ def _scan(data: bytes, end: int, state: _State) -> list[Event]:
             pos = line_start
             if b"-" in pre:                    # a timestamp (NCCL >= 2.26, or the launcher's)
                 ts, pre = _timestamp(pre)
+                if stamps is None:
+                    stamps = [None] * len(ids)
             else:
                 ts = None
             key = (pre, op, shape_text, grank)
-            shape = shapes.get(key)
-            if shape is None:
+            sid = shapes.get(key)
+            if sid is None:
                 if len(shapes) > 100_000:
                     shapes.clear()
-                shape = shapes[key] = _coll_shape(m.groups(), pre, state)
-            if shape is UNKNOWN_OP:
+                sid = shapes[key] = _coll_shape(m.groups(), pre, state)
+            if sid < 0:
                 summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
                 continue
             seq = seqs.get(opcount)
@@ -321,10 +379,23 @@ def _scan(data: bytes, end: int, state: _State) -> list[Event]:
                 if len(seqs) > 100_000:
                     seqs.clear()
                 seq = seqs[opcount] = int(opcount, 16)
-            add((shape, line, seq, ts))
+            add_id(sid)
+            add_line(line)
+            add_seq(seq)
+            if stamps is not None:
+                stamps.append(ts)
         elif m.lastindex == TUNING:
-            add((None, threads.get(pre) or _thread(pre, threads),
-                 tunings.get(m.group(TUNING)) or _tuning(m, tunings), None))
+            pair = (threads.get(pre) or _thread(pre, threads),
+                    tunings.get(m.group(TUNING)) or _tuning(m, tunings))
+            tid = tuning_ids.get(pair)
+            if tid is None:
+                tid = tuning_ids[pair] = len(state.tuning_list)
+                state.tuning_list.append(pair)
+            add_id(~tid)
+            add_line(0)
+            add_seq(0)
+            if stamps is not None:
+                stamps.append(None)
         elif m.group(ICOMM) is not None:
             _init_line(m.groups(), pre, state)
         else:
@@ -334,22 +405,25 @@ def _scan(data: bytes, end: int, state: _State) -> list[Event]:
             if state.first_bad is None:
                 state.first_bad = line
     state.lines = line - 1 + count(b"\n", pos, end)
+    events.stamps = stamps
     return events
 
 
-def _replay(events: list[Event], line_base: int, state: _State, out: list[CollectiveCall]) -> None:
+def _replay(events: Events, line_base: int, state: _State, out: list[CollectiveCall]) -> None:
     """Records of the events (line numbers `line_base` on), appended to `out` in the order
     they are complete: a call waits for the TUNING line its thread logs after it (which
     gives its algorithm and protocol), unless its thread has no TUNING lines (more than
     512 calls wait) or many threads wait at once (more than 64)."""
     pending, name, summary = state.pending, state.name, state.summary
+    shape_list, tuning_list = events.shapes, events.tunings
     call_record = CollectiveCall
     emitted = len(out)
-    for shape, a, b, ts in events:
-        if shape is not None:
-            thread, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, peer = shape
+    stamps = events.stamps if events.stamps is not None else repeat(None)
+    for sid, a, seq, ts in zip(events.ids, events.lines, events.seqs, stamps):
+        if sid >= 0:
+            thread, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, peer = shape_list[sid]
             call = call_record(name, f"line {a + line_base}", coll, rank, comm, nranks, dtype, n,
-                               nbytes, b, ts, None, peer, None, None, None, "log", in_b, out_b)
+                               nbytes, seq, ts, None, peer, None, None, None, "log", in_b, out_b)
             calls = pending.get(thread)
             if calls is not None:
                 calls.append(call)
@@ -363,9 +437,9 @@ def _replay(events: list[Event], line_base: int, state: _State, out: list[Collec
                         out.extend(calls)
                     pending.clear()
         else:
-            calls = pending.pop(a, None)
+            thread, (coll, nbytes, algo, proto) = tuning_list[~sid]
+            calls = pending.pop(thread, None)
             if calls:
-                coll, nbytes, algo, proto = b
                 # The calls this thread has just logged of the TUNING line's operation
                 # and size (a thread may log several calls before one TUNING line).
                 for call in calls:
@@ -469,15 +543,17 @@ def apply_init(g: tuple, pre: bytes, comms: dict, process_rank: dict) -> tuple[s
     return comm_id, nranks
 
 
-def _coll_shape(g: tuple, pre: bytes, state: _State) -> tuple | object:
-    """(thread, collective, rank, communicator, nranks, dtype, count, bytes, in_bytes,
-    out_bytes, peer) of a COLL line, or _UNKNOWN_OP. `peer` is the root of a Send/Recv."""
+def _coll_shape(g: tuple, pre: bytes, state: _State) -> int:
+    """The index in `state.shape_list` of the COLL line's (thread, collective, rank,
+    communicator, nranks, dtype, count, bytes, in_bytes, out_bytes, peer), or -1 for an
+    operation NCCL does not have. `peer` is the root of a Send/Recv."""
     host, pid, tid, rank, _ts = _process(pre)
     shape = _shape(g, host, pid, g[_COMM], rank, state)
     if shape is _UNKNOWN_OP:
-        return shape
+        return -1
     peer = int(g[_ROOT]) if shape[0] in ("send", "recv") else None
-    return ((pid, tid), *shape, peer)
+    state.shape_list.append(((pid, tid), *shape, peer))
+    return len(state.shape_list) - 1
 
 
 _UNKNOWN_OP = object()

@@ -116,16 +116,16 @@ def _scan_bytes(data: bytes, name: str, comms: dict, process_rank: dict) -> Piec
 def _scan_piece(f: BinaryIO, name: str, comms: dict, process_rank: dict) -> PieceResult:
     state = _State(name, SourceSummary(name, "nccl-log"), TraceContext(), comms, process_rank,
                    record_ops=True)
-    events: list = []
+    events = nccl_log.Events(state.shape_list, state.tuning_list)
     enabled = gc.isenabled()
     gc.disable()              # the events are all kept: see nccl_log._scan_batch
     try:
         for data, end in nccl_log._chunks(f, state):
-            events += nccl_log._scan(data, end, state)
+            events.extend(nccl_log._scan(data, end, state))
     finally:
         if enabled:
             gc.enable()
-    return events, state.lines, dict(state.summary.skipped), state.first_bad, state.ops
+    return events.packed(), state.lines, dict(state.summary.skipped), state.first_bad, state.ops
 
 
 class _Range:
