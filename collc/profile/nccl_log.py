@@ -124,10 +124,10 @@ class _State:
         self.first_bad: int | None = None
         self.shapes: dict[tuple, int] = {}        # see _scan: a key -> its index in shape_list, or -1
         self.shape_list: list[tuple] = []         # see _coll_shape
-        self.tuning_ids: dict[tuple, int] = {}    # (thread, tuning) -> its index in tuning_list
-        self.tuning_list: list[tuple] = []
-        self.threads: dict[bytes, tuple[bytes, bytes]] = {}   # line prefix -> (pid, tid)
-        self.tunings: dict[bytes, tuple] = {}     # TUNING line's text -> see _tuning
+        self.threads: dict[bytes, int] = {}       # line prefix -> its index in thread_list
+        self.thread_list: list[tuple[bytes, bytes]] = []      # (pid, tid)
+        self.tunings: dict[bytes, int] = {}       # TUNING line's text -> its index in tuning_list
+        self.tuning_list: list[tuple] = []        # see _tuning
         self.seqs: dict[bytes, int] = {}          # opCount text -> its value
         self.process_local_comms = 0
         self.lines = 0                            # lines before the piece being scanned
@@ -136,11 +136,10 @@ class _State:
 
     def trim(self) -> None:
         """Forget the shapes and TUNING pairs of events already replayed, if many."""
-        if len(self.shape_list) > 100_000 or len(self.tuning_list) > 100_000:
-            self.shapes.clear()
-            self.shape_list.clear()
-            self.tuning_ids.clear()
-            self.tuning_list.clear()
+        if max(len(self.shape_list), len(self.thread_list), len(self.tuning_list)) > 100_000:
+            for table in (self.shapes, self.shape_list, self.threads, self.thread_list,
+                          self.tunings, self.tuning_list):
+                table.clear()
 
     def saw_comm(self, comm_id: str | None, nranks: int) -> None:
         """An INIT line's communicator (and the world size it implies)."""
@@ -286,19 +285,20 @@ class Events:
     """What a scan saw, in file order, as columns (cheap to send between processes).
 
     `ids[k]` is a COLL line's shape (an index into `shapes`: see `_coll_shape`) or, as
-    `~j`, a TUNING line's (thread, tuning) pair `tunings[j]` (see `_tuning`); `lines`,
-    `seqs` and `stamps` hold a COLL line's line number, opCount and timestamp (0, 0 and
-    None for a TUNING line). `stamps` is None where no line had a timestamp.
+    `~j`, the thread `threads[j]` (pid, tid) of a TUNING line; `lines`, `seqs` and
+    `stamps` hold a COLL line's line number, opCount and timestamp, and a TUNING line's
+    0, its index in `tunings` (see `_tuning`) and None. `stamps` is None where no line had
+    a timestamp.
     """
 
-    __slots__ = ("ids", "lines", "seqs", "stamps", "shapes", "tunings")
+    __slots__ = ("ids", "lines", "seqs", "stamps", "shapes", "threads", "tunings")
 
-    def __init__(self, shapes: list, tunings: list):
+    def __init__(self, shapes: list, threads: list, tunings: list):
         self.ids: list[int] = []
         self.lines: list[int] = []
         self.seqs: list[int] = []
         self.stamps: list[float | None] | None = None
-        self.shapes, self.tunings = shapes, tunings
+        self.shapes, self.threads, self.tunings = shapes, threads, tunings
 
     def extend(self, more: "Events") -> None:
         """Append the events of the next piece of the same scan (same shapes and tunings)."""
@@ -311,7 +311,7 @@ class Events:
 
     def packed(self) -> "Events":
         """The same events with the columns as arrays: pickled as bytes, not per value."""
-        out = Events(self.shapes, self.tunings)
+        out = Events(self.shapes, self.threads, self.tunings)
         out.ids, out.lines = array("q", self.ids), array("q", self.lines)
         try:
             out.seqs = array("Q", self.seqs)
@@ -338,13 +338,13 @@ def _scan(data: bytes, end: int, state: _State) -> Events:
     thread of a TUNING line from a cache keyed by its prefix. What to make of the events
     (records, and which TUNING line completes which call) is `_replay`'s.
     """
-    events = Events(state.shape_list, state.tuning_list)
+    events = Events(state.shape_list, state.thread_list, state.tuning_list)
     ids, lines, seqs_out = events.ids, events.lines, events.seqs
     add_id, add_line, add_seq = ids.append, lines.append, seqs_out.append
     stamps: list[float | None] | None = None
     pos, line = 0, state.lines + 1     # `line` = the number of the line at offset `pos`
     rfind, count = data.rfind, data.count
-    shapes, threads, tunings, tuning_ids = state.shapes, state.threads, state.tunings, state.tuning_ids
+    shapes, threads, tunings = state.shapes, state.threads, state.tunings
     # opCount text -> value: values repeat (one per comm of the file; NCCL 2.27 logs 0 on every line)
     seqs = state.seqs
     summary = state.summary
@@ -385,15 +385,15 @@ def _scan(data: bytes, end: int, state: _State) -> Events:
             if stamps is not None:
                 stamps.append(ts)
         elif m.lastindex == TUNING:
-            pair = (threads.get(pre) or _thread(pre, threads),
-                    tunings.get(m.group(TUNING)) or _tuning(m, tunings))
-            tid = tuning_ids.get(pair)
-            if tid is None:
-                tid = tuning_ids[pair] = len(state.tuning_list)
-                state.tuning_list.append(pair)
-            add_id(~tid)
+            thread = threads.get(pre)
+            if thread is None:
+                thread = _thread(pre, state)
+            tuning = tunings.get(m.group(TUNING))
+            if tuning is None:
+                tuning = _tuning(m, state)
+            add_id(~thread)
             add_line(0)
-            add_seq(0)
+            add_seq(tuning)
             if stamps is not None:
                 stamps.append(None)
         elif m.group(ICOMM) is not None:
@@ -415,15 +415,15 @@ def _replay(events: Events, line_base: int, state: _State, out: list[CollectiveC
     gives its algorithm and protocol), unless its thread has no TUNING lines (more than
     512 calls wait) or many threads wait at once (more than 64)."""
     pending, name, summary = state.pending, state.name, state.summary
-    shape_list, tuning_list = events.shapes, events.tunings
+    shape_list, thread_list, tuning_list = events.shapes, events.threads, events.tunings
     call_record = CollectiveCall
     emitted = len(out)
     stamps = events.stamps if events.stamps is not None else repeat(None)
-    for sid, a, seq, ts in zip(events.ids, events.lines, events.seqs, stamps):
+    for sid, a, b, ts in zip(events.ids, events.lines, events.seqs, stamps):
         if sid >= 0:
             thread, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, peer = shape_list[sid]
             call = call_record(name, f"line {a + line_base}", coll, rank, comm, nranks, dtype, n,
-                               nbytes, seq, ts, None, peer, None, None, None, "log", in_b, out_b)
+                               nbytes, b, ts, None, peer, None, None, None, "log", in_b, out_b)
             calls = pending.get(thread)
             if calls is not None:
                 calls.append(call)
@@ -437,9 +437,9 @@ def _replay(events: Events, line_base: int, state: _State, out: list[CollectiveC
                         out.extend(calls)
                     pending.clear()
         else:
-            thread, (coll, nbytes, algo, proto) = tuning_list[~sid]
-            calls = pending.pop(thread, None)
+            calls = pending.pop(thread_list[~sid], None)
             if calls:
+                coll, nbytes, algo, proto = tuning_list[b]
                 # The calls this thread has just logged of the TUNING line's operation
                 # and size (a thread may log several calls before one TUNING line).
                 for call in calls:
@@ -462,14 +462,17 @@ def _timestamp(pre: bytes) -> tuple[float | None, bytes]:
     return _epoch_us(t.group("date"), t.group("time"), t.group("frac")), pre[:t.start()] + pre[t.end():]
 
 
-def _thread(pre: bytes, threads: dict[bytes, tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
-    """(pid, tid) of a line's prefix, remembered unless the prefix has a timestamp (those never repeat)."""
+def _thread(pre: bytes, state: _State) -> int:
+    """The index in `state.thread_list` of a line prefix's (pid, tid), remembered unless
+    the prefix has a timestamp (those never repeat)."""
     _host, pid, tid, _rank, ts = _process(pre)
+    state.thread_list.append((pid, tid))
+    index = len(state.thread_list) - 1
     if ts is None:
-        if len(threads) > 100_000:
-            threads.clear()
-        threads[pre] = (pid, tid)
-    return pid, tid
+        if len(state.threads) > 100_000:
+            state.threads.clear()
+        state.threads[pre] = index
+    return index
 
 
 _prefix_cache: dict[bytes, tuple[bytes, bytes, bytes, int | None, float | None]] = {}
@@ -606,11 +609,13 @@ def _sizes(coll: str, count: int, size: int | None, nranks: int | None
     return in_b, out_b, in_b     # reducescatter, scatter, alltoall: the send buffer
 
 
-def _tuning(m: re.Match, tunings: dict[bytes, tuple]) -> tuple[str | None, int, str, str]:
-    """(collective or None, bytes, algorithm, protocol) of a TUNING line, remembered by its text."""
+def _tuning(m: re.Match, state: _State) -> int:
+    """The index in `state.tuning_list` of a TUNING line's (collective or None, bytes,
+    algorithm, protocol), remembered by the line's text."""
     top, tbytes, algo, proto = m.group(_TOP + 1, _TBYTES + 1, _ALGO + 1, _PROTO + 1)
-    if len(tunings) > 100_000:
-        tunings.clear()
-    result = tunings[m.group(_TUNING + 1)] = (COLLECTIVE_OPS.get(top) if top else None, int(tbytes),
-                                              algo.decode(), proto.decode())
-    return result
+    if len(state.tunings) > 100_000:
+        state.tunings.clear()
+    state.tuning_list.append((COLLECTIVE_OPS.get(top) if top else None, int(tbytes),
+                              algo.decode(), proto.decode()))
+    index = state.tunings[m.group(_TUNING + 1)] = len(state.tuning_list) - 1
+    return index

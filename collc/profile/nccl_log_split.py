@@ -116,7 +116,7 @@ def _scan_bytes(data: bytes, name: str, comms: dict, process_rank: dict) -> Piec
 def _scan_piece(f: BinaryIO, name: str, comms: dict, process_rank: dict) -> PieceResult:
     state = _State(name, SourceSummary(name, "nccl-log"), TraceContext(), comms, process_rank,
                    record_ops=True)
-    events = nccl_log.Events(state.shape_list, state.tuning_list)
+    events = nccl_log.Events(state.shape_list, state.thread_list, state.tuning_list)
     enabled = gc.isenabled()
     gc.disable()              # the events are all kept: see nccl_log._scan_batch
     try:
