@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import re
 import stat
+import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import BinaryIO, Iterator
@@ -67,22 +68,40 @@ def processes() -> int:
 def read_split(source: TraceSource, state: _State) -> Iterator[CollectiveCall] | None:
     """The log's calls read by several processes (those the sequential read would yield
     before its final flush, with `state` left as it would leave it), or None where one
-    process should read it: one CPU, a small plain file, or something that is not a file."""
+    process should read it: one CPU, a small plain file, or no way to start workers."""
     workers = processes()
     if workers < 2:
         return None
     f = source.open()
     try:
         size = _regular_file_size(f)
+        if size is not None and size < PARALLEL_MIN_BYTES:
+            f.close()
+            return None
+        pool = _pool(workers)
     except BaseException:
         f.close()
         raise
+    if pool is None:
+        f.close()
+        return None
     if size is not None:
-        if size < PARALLEL_MIN_BYTES:
-            f.close()
-            return None
-        return _read_plain(f, size, state, workers)
-    return _read_stream(f, state, workers)
+        return _run(_file_tasks(f, size, state), state, pool, workers)
+    return _read_stream(f, state, pool, workers)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor | None:
+    """Worker processes (started as tasks come), or None where they cannot be had safely:
+    `fork` from a process that runs threads can deadlock the child, and some sandboxes
+    have no semaphores for the pool's queues."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() > 1:
+        return None
+    try:
+        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(
+            "fork" if "fork" in methods else None))
+    except (OSError, ImportError, NotImplementedError):
+        return None
 
 
 def _regular_file_size(f: BinaryIO) -> int | None:
@@ -167,45 +186,60 @@ class _InitTables:
                 apply_init(m.groups(), bytes(data[line_start:m.start()]), self.comms, self.process_rank)
 
 
-def _read_plain(f: BinaryIO, size: int, state: _State, workers: int) -> Iterator[CollectiveCall]:
-    import mmap
-    with f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        info = os.fstat(f.fileno())
-        path = os.fsdecode(f.name)
-
-        def tasks() -> Iterator[tuple]:
-            tables = _InitTables(state)
-            start = 0
-            while start < size:
-                end = _cut(data, start, size)
-                yield (_scan_file_range, path, (info.st_dev, info.st_ino), start, end, *tables.snapshot())
-                tables.see(data, start, end)
-                start = end
-
-        yield from _run(tasks(), state, workers)
-
-
-def _cut(data, start: int, size: int) -> int:
-    """The end of the piece that starts at `start`: just after the last newline within
-    PIECE_BYTES (or the first one after, for a longer line), or the end of the file."""
-    limit = start + PIECE_BYTES
-    if limit >= size:
-        return size
-    cut = data.rfind(b"\n", start, limit) + 1
-    if cut <= start:
-        cut = data.find(b"\n", limit) + 1
-    return cut if cut > start else size
-
-
-def _read_stream(f: BinaryIO, state: _State, workers: int) -> Iterator[CollectiveCall]:
+def _file_tasks(f: BinaryIO, size: int, state: _State) -> Iterator[tuple]:
+    """Pieces of a plain file as (start, end) offsets for the workers to read, each with
+    the INIT tables as of its start (read here a piece at a time, so that memory stays
+    one piece whatever the file's size)."""
     with f:
-        head, complete = _read_ahead(f, state.name)
+        fd = f.fileno()
+        info = os.fstat(fd)
+        path = os.fsdecode(f.name)
+        tables = _InitTables(state)
+        start = 0
+        while start < size:
+            data, end = _piece_at(fd, start, size)
+            yield (_scan_file_range, path, (info.st_dev, info.st_ino), start, start + end,
+                   *tables.snapshot())
+            tables.see(data, 0, end)
+            start += end
+
+
+def _piece_at(fd: int, start: int, size: int) -> tuple[bytes, int]:
+    """(data, end): the bytes from `start`, of which the first `end` make the piece: up to
+    the last newline within PIECE_BYTES (or the first one after, for a longer line), or
+    to the end of the file."""
+    data = os.pread(fd, min(PIECE_BYTES, size - start), start)
+    if not data:
+        raise OSError(f"the file ended at byte {start}, before its size of {size} bytes")
+    if start + len(data) >= size:
+        return data, len(data)
+    cut = data.rfind(b"\n") + 1
+    while cut == 0 and start + len(data) < size:      # one line longer than a piece
+        more = os.pread(fd, min(PIECE_BYTES, size - start - len(data)), start + len(data))
+        if not more:
+            break
+        found = more.find(b"\n")
+        data += more
+        if found >= 0:
+            cut = len(data) - len(more) + found + 1
+    return data, cut or len(data)
+
+
+def _read_stream(f: BinaryIO, state: _State, pool: ProcessPoolExecutor,
+                 workers: int) -> Iterator[CollectiveCall]:
+    with f:
+        try:
+            head, complete = _read_ahead(f, state.name)
+        except BaseException:
+            pool.shutdown()
+            raise
         if complete:          # small: read in this process, as the sequential reader does
+            pool.shutdown()
             pieces = nccl_log._chunks(io.BytesIO(head), state)
             while (calls := nccl_log._scan_batch(pieces, state)) is not None:
                 yield from calls
             return
-        yield from _run(_stream_tasks(f, head, state), state, workers)
+        yield from _run(_stream_tasks(f, head, state), state, pool, workers)
 
 
 def _read_ahead(f: BinaryIO, name: str) -> tuple[bytes, bool]:
@@ -258,14 +292,12 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: _State) -> Iterator[tuple]:
         buffered, size = [rest], len(rest)
 
 
-def _run(tasks: Iterator[tuple], state: _State, workers: int) -> Iterator[CollectiveCall]:
-    """Hand the tasks to `workers` processes, at most two each in flight, and replay
-    their results in order."""
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+def _run(tasks: Iterator[tuple], state: _State, pool: ProcessPoolExecutor,
+         workers: int) -> Iterator[CollectiveCall]:
+    """Hand the tasks to the pool, at most two per worker in flight, and replay their
+    results in order."""
     line_base = state.lines
     in_flight: deque[Future] = deque()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     try:
         for task in tasks:
             in_flight.append(pool.submit(*task))

@@ -141,6 +141,28 @@ def test_small_or_single_cpu_reads_stay_in_process(tmp_path, monkeypatch):
     assert split.processes() >= 1
 
 
+def test_no_fork_while_threads_run(tmp_path, monkeypatch):
+    # A child forked from a process with other threads can deadlock (a lock held by one
+    # of them): such a process reads in one process, with the same result.
+    import threading
+    p = tmp_path / "mixed.log"
+    p.write_bytes(mixed_log(2000))
+    sequential = records([p])
+    monkeypatch.setenv(split.PROCESSES_ENV, "2")
+    monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
+    state = nccl_log._State(str(p), SourceSummary(str(p), "nccl-log"), None)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        if "fork" in split.multiprocessing.get_all_start_methods():
+            assert split.read_split(TraceSource.file(p), state) is None
+        assert records([p]) == sequential
+    finally:
+        stop.set()
+        thread.join()
+
+
 def test_random_interleavings(tmp_path, monkeypatch):
     # Lines of the real log and of the constructed versions shuffled together, cut at
     # random piece sizes.
