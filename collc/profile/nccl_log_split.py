@@ -267,8 +267,8 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: _State) -> Iterator[tuple]:
     offset, lines = len(head), head.count(b"\n")   # read so far, for the error of a bad stream
     done = False
     target = PIECE_BYTES
-    while not done:
-        while size < target:
+    while True:
+        while not done and size < target:
             chunk = read_or_fail(f, nccl_log.CHUNK_BYTES, name, lines + 1, offset)
             if not chunk:
                 done = True
@@ -277,17 +277,22 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: _State) -> Iterator[tuple]:
             size += len(chunk)
             offset += len(chunk)
             lines += chunk.count(b"\n")
-        data = b"".join(buffered)
-        cut = len(data) if done else data.rfind(b"\n") + 1
-        if cut == 0:                  # one line longer than a piece: read on
-            buffered, size = [data], len(data)
-            target = size + 1
-            continue
+        if size == 0:
+            return
+        data = b"".join(buffered) if len(buffered) > 1 else buffered[0]
+        if done and len(data) <= PIECE_BYTES:
+            cut = len(data)
+        else:
+            # Pieces of about PIECE_BYTES (the first read, of PARALLEL_MIN_BYTES, makes several).
+            cut = data.rfind(b"\n", 0, PIECE_BYTES) + 1 or data.rfind(b"\n") + 1
+            if cut == 0 and not done:       # one line longer than a piece: read on
+                buffered, size, target = [data], len(data), len(data) + 1
+                continue
+            cut = cut or len(data)
         target = PIECE_BYTES
         piece = data[:cut] if cut < len(data) else data
-        if piece:
-            yield (_scan_bytes, piece, name, *tables.snapshot())
-            tables.see(piece, 0, len(piece))
+        yield (_scan_bytes, piece, name, *tables.snapshot())
+        tables.see(piece, 0, len(piece))
         rest = data[cut:]
         buffered, size = [rest], len(rest)
 

@@ -175,3 +175,22 @@ def test_random_interleavings(tmp_path, monkeypatch):
         p.write_bytes(b"\n".join(lines) + b"\n")
         sequential, parallel, pieces = read_both([p], monkeypatch, rng.randrange(500, 6000))
         assert pieces > 5 and parallel == sequential
+
+
+@pytest.mark.parametrize("first_read", [20_000, 10**9])
+def test_gzip_first_read_cut_into_pieces(tmp_path, monkeypatch, first_read):
+    # The stream's first read (PARALLEL_MIN_BYTES) spans several pieces, or all of a
+    # small log (then read in this process).
+    p = tmp_path / "mixed.log"
+    p.write_bytes(mixed_log(1500, 8))
+    packed = _gzip(p)
+    monkeypatch.setenv(split.PROCESSES_ENV, "1")
+    sequential = records([packed])
+    monkeypatch.setenv(split.PROCESSES_ENV, "2")
+    monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", first_read)
+    monkeypatch.setattr(split, "PIECE_BYTES", 3000)
+    merged = []
+    merge = split._merge
+    monkeypatch.setattr(split, "_merge", lambda *a: merged.append(1) or merge(*a))
+    assert records([packed]) == sequential
+    assert len(merged) > 20 if first_read < len(p.read_bytes()) else not merged
