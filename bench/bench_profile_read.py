@@ -85,12 +85,19 @@ print(json.dumps({"seconds": dt, "cpu_seconds": dc, "events": n,
 LOG_CALLS = PEAK + """
 import json, os, resource, sys, time
 from collc.profile.sources import read_traces
+def cpu_wait():   # seconds this process was ready to run but waited for a CPU (Linux)
+    try:
+        return int(open("/proc/self/schedstat").read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+w = cpu_wait()
 t, c = time.perf_counter(), time.process_time()
 ts = read_traces([sys.argv[1]])
 dt, dc = time.perf_counter() - t, time.process_time() - c
+w = cpu_wait() - w
 workers = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"seconds": dt, "cpu_seconds": dc, "calls": len(ts.calls),
-                  "worker_cpu_seconds": workers.ru_utime + workers.ru_stime,
+                  "worker_cpu_seconds": workers.ru_utime + workers.ru_stime, "cpu_wait_seconds": w,
                   "worker_peak_rss_mib": workers.ru_maxrss / 1024,
                   "processes": os.environ.get("COLLC_NCCL_LOG_PROCESSES", "default"),
                   "usable_cpus": len(os.sched_getaffinity(0)), "peak_rss_mib": peak_mib()}))
@@ -330,9 +337,9 @@ def _log_markdown(log: dict) -> list[str]:
             "read by `read_traces` in a fresh process per run, the versions in turn; best and "
             "median of the runs. CPU seconds are the reading process's and its workers' together.", "",
             "| collc | input | runs | COLL lines | wall MB/s (best / median) | MB per CPU second (best / median) "
-            "| CPU s: all (reader + workers), best | peak RSS (MiB): reader / largest worker "
-            "| load average during the runs |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| CPU s: all (reader + workers), best | reader's wait for a CPU, s (median) "
+            "| peak RSS (MiB): reader / largest worker | load average during the runs |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for key, label in labels.items():
         if key in log:
             rows += _log_version_rows(label, log[key], log["log"])
@@ -346,7 +353,7 @@ def _log_markdown(log: dict) -> list[str]:
         ratios = [f"{mine[name] / theirs:.2f}x {name}" for name, theirs in wall[label].items()
                   if name in mine and theirs]
         if ratios:
-            rows += ["", f"Wall-clock speed of this checkout against {label} (median against median, "
+            rows += ["", f"Wall-clock speed of this checkout as a user runs it against {label} (median against median, "
                      "runs interleaved): " + ", ".join(ratios) + "."]
     return rows
 
@@ -361,7 +368,7 @@ def _log_version_rows(version: str, by_input: dict, info: dict) -> list[str]:
     for name, runs in by_input.items():
         ok = [r for r in runs if "cpu_seconds" in r]
         if not ok:
-            rows.append(f"| {version} | {name} | {len(runs)} | failed: {runs[0].get('error')} | | | | | |")
+            rows.append(f"| {version} | {name} | {len(runs)} | failed: {runs[0].get('error')} | | | | | | |")
             continue
         cpu = sorted(r["mb_per_cpu_s"] for r in ok)
         wall = sorted(r["mb_per_s"] for r in ok)
@@ -370,8 +377,10 @@ def _log_version_rows(version: str, by_input: dict, info: dict) -> list[str]:
         label = "plain" if name == "plain" else f"gzip ({info['gzip_bytes'] / 1e6:,.1f} MB on disk)"
         all_cpu = min(r["cpu_seconds"] + r.get("worker_cpu_seconds", 0.0) for r in ok)
         worker_rss = max(r.get("worker_peak_rss_mib", 0.0) for r in ok)
+        waits = [r["cpu_wait_seconds"] for r in ok if "cpu_wait_seconds" in r]
+        wait = f"{_median(waits):.2f}" if waits else ""
         rows.append(f"| {version} | {label} | {len(ok)} | {ok[0]['calls']:,} | {wall[-1]:.0f} / {_median(wall):.0f} | "
-                    f"{cpu[-1]:.0f} / {_median(cpu):.0f} | {all_cpu:.2f} | "
+                    f"{cpu[-1]:.0f} / {_median(cpu):.0f} | {all_cpu:.2f} | {wait} | "
                     f"{max(r['peak_rss_mib'] for r in ok):,.0f} / {worker_rss:,.0f} | {load} |")
     return rows
 
