@@ -105,8 +105,11 @@ def _pool(workers: int) -> ProcessPoolExecutor | None:
 
 
 def _regular_file_size(f: BinaryIO) -> int | None:
-    """The size of a plain file read as is (not decompressed), else None."""
-    if not isinstance(f, io.BufferedReader) or not isinstance(getattr(f, "name", None), (str, bytes, os.PathLike)):
+    """The size of a plain file on disk read as is, else None (decompressed, an archive
+    member, a pipe: those are read here and their pieces sent)."""
+    raw = getattr(f, "raw", None)
+    if type(f) is not io.BufferedReader or type(raw) is not io.FileIO \
+            or not isinstance(raw.name, (str, bytes, os.PathLike)):
         return None
     info = os.fstat(f.fileno())
     return info.st_size if stat.S_ISREG(info.st_mode) else None

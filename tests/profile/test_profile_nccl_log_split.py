@@ -194,3 +194,15 @@ def test_gzip_first_read_cut_into_pieces(tmp_path, monkeypatch, first_read):
     monkeypatch.setattr(split, "_merge", lambda *a: merged.append(1) or merge(*a))
     assert records([packed]) == sequential
     assert len(merged) > 20 if first_read < len(p.read_bytes()) else not merged
+
+
+def test_log_in_a_tar_archive(tmp_path, monkeypatch):
+    # An archive member is a stream (read here, pieces sent), never the archive's file.
+    import tarfile
+    p = tmp_path / "rank0.log"
+    p.write_bytes(mixed_log(3000, 6))
+    archive = tmp_path / "logs.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(p, arcname="job/rank0.log")
+    sequential, parallel, pieces = read_both([archive], monkeypatch, 4000)
+    assert pieces > 20 and len(sequential[0]) > 500 and parallel == sequential
