@@ -100,7 +100,8 @@ print(json.dumps({"seconds": dt, "cpu_seconds": dc, "calls": len(ts.calls),
                   "worker_cpu_seconds": workers.ru_utime + workers.ru_stime, "cpu_wait_seconds": w,
                   "worker_peak_rss_mib": workers.ru_maxrss / 1024,
                   "processes": os.environ.get("COLLC_NCCL_LOG_PROCESSES", "default"),
-                  "usable_cpus": len(os.sched_getaffinity(0)), "peak_rss_mib": peak_mib()}))
+                  "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                  else os.cpu_count(), "peak_rss_mib": peak_mib()}))
 """
 HTA_LOAD = PEAK + """
 import json, logging, os, sys, time
