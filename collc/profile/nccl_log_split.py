@@ -3,10 +3,11 @@
 One process reads an NCCL log at about 80 MB per CPU second, nearly all of it the scan
 (`nccl_log._scan`: the regex, and the Python work per line of interest). Here the log
 is cut at line boundaries into pieces of `PIECE_BYTES`; worker processes scan them and
-send back their events (one small tuple per COLL or TUNING line, whose shared parts
-pickle once per piece), and this process replays the events in file order
-(`nccl_log._replay`): records, and which TUNING line completes which call, come out of
-the same code, in the same order, as in one sequential pass.
+send back their events (`nccl_log.Events`: integer columns, one entry per COLL or TUNING
+line, and the piece's small tables of call shapes, threads and TUNING lines), and this
+process replays the events in file order (`nccl_log._replay`): records, and which TUNING
+line completes which call, come out of the same code, in the same order, as in one
+sequential pass.
 
 What a piece's scan needs from the lines before it is what INIT lines said (comm ranks,
 sizes and ids, each process's rank). INIT lines are rare: before a piece is handed out,
@@ -23,7 +24,8 @@ streams are decompressed here, in `CHUNK_BYTES` reads as the sequential reader d
 truncated stream fails at the same line and offset), and their pieces sent.
 
 Used when the log is at least `PARALLEL_MIN_BYTES` and more than one CPU is usable
-(`os.sched_getaffinity`); `COLLC_NCCL_LOG_PROCESSES=1` keeps every read in one process.
+(`os.sched_getaffinity`); `COLLC_NCCL_LOG_PROCESSES=1` keeps every read in one process
+(worth it on a machine whose CPUs are all busy: the workers then only wait for them).
 """
 
 from __future__ import annotations
