@@ -328,8 +328,8 @@ class Events:
             setattr(self, name, value)
 
 
-def _scan(data: bytes, end: int, state: _State) -> Events:
-    """The events of `data[:end]` (whole lines), in file order.
+def _scan(data: bytes, end: int, state: _State, begin: int = 0) -> Events:
+    """The events of `data[begin:end]` (whole lines), in file order.
 
     The hot path of the reader, one pass per line of interest, written for speed: the
     regex's groups are read by index from locals, the line number is counted only for
@@ -342,7 +342,7 @@ def _scan(data: bytes, end: int, state: _State) -> Events:
     ids, lines, seqs_out = events.ids, events.lines, events.seqs
     add_id, add_line, add_seq = ids.append, lines.append, seqs_out.append
     stamps: list[float | None] | None = None
-    pos, line = 0, state.lines + 1     # `line` = the number of the line at offset `pos`
+    pos, line = begin, state.lines + 1     # `line` = the number of the line at offset `pos`
     rfind, count = data.rfind, data.count
     shapes, threads, tunings = state.shapes, state.threads, state.tunings
     # opCount text -> value: values repeat (one per comm of the file; NCCL 2.27 logs 0 on every line)
@@ -351,7 +351,7 @@ def _scan(data: bytes, end: int, state: _State) -> Events:
     COLL_GROUPS = (_OP + 1, _OPCOUNT + 1, _SHAPE + 1, _GRANK + 1)
     TUNING = _TUNING + 1      # the group that ends a TUNING line's match: its `lastindex`
     ICOMM = _ICOMM + 1
-    for m in _LINE.finditer(data, 0, end):
+    for m in _LINE.finditer(data, begin, end):
         start = m.start()
         line_start = rfind(b"\n", 0, start) + 1
         pre = data[line_start:start]

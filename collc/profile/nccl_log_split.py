@@ -129,39 +129,33 @@ def _scan_file_range(path: str, identity: tuple[int, int], start: int, end: int,
         info = os.fstat(f.fileno())
         if (info.st_dev, info.st_ino) != identity:
             raise OSError(f"{path} was replaced while it was read")
-        f.seek(start)
-        return _scan_piece(_Range(f, end - start), path, comms, process_rank)
+        parts = []
+        while start < end and (part := os.pread(f.fileno(), end - start, start)):
+            parts.append(part)
+            start += len(part)
+    return _scan_bytes(parts[0] if len(parts) == 1 else b"".join(parts), path, comms, process_rank)
 
 
 def _scan_bytes(data: bytes, name: str, comms: dict, process_rank: dict) -> PieceResult:
-    return _scan_piece(io.BytesIO(data), name, comms, process_rank)
-
-
-def _scan_piece(f: BinaryIO, name: str, comms: dict, process_rank: dict) -> PieceResult:
+    """Scan a piece (whole lines) in place, `CHUNK_BYTES` of lines at a time (the regex
+    runs faster over a stretch that stays in the CPU's caches)."""
     state = _State(name, SourceSummary(name, "nccl-log"), TraceContext(), comms, process_rank,
                    record_ops=True)
     events = nccl_log.Events(state.shape_list, state.thread_list, state.tuning_list)
     enabled = gc.isenabled()
     gc.disable()              # the events are all kept: see nccl_log._scan_batch
     try:
-        for data, end in nccl_log._chunks(f, state):
-            events.extend(nccl_log._scan(data, end, state))
+        begin, size = 0, len(data)
+        while begin < size:
+            end = min(size, begin + nccl_log.CHUNK_BYTES)
+            if end < size:
+                end = (data.rfind(b"\n", begin, end) + 1 or data.find(b"\n", end) + 1) or size
+            events.extend(nccl_log._scan(data, end, state, begin))
+            begin = end
     finally:
         if enabled:
             gc.enable()
     return events.packed(), state.lines, dict(state.summary.skipped), state.first_bad, state.ops
-
-
-class _Range:
-    """The next `length` bytes of a file, as a file."""
-
-    def __init__(self, f: BinaryIO, length: int):
-        self.f, self.left = f, length
-
-    def read(self, n: int) -> bytes:
-        data = self.f.read(min(n, self.left))
-        self.left -= len(data)
-        return data
 
 
 # --- what this process does ---------------------------------------------------------
