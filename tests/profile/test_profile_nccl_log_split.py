@@ -103,7 +103,8 @@ def test_lines_longer_than_a_piece(tmp_path, monkeypatch):
     assert parallel == sequential
 
 
-def test_errors_located_as_in_one_process(tmp_path, monkeypatch):
+@pytest.mark.parametrize("first_read", [0, 10**9])
+def test_errors_located_as_in_one_process(tmp_path, monkeypatch, first_read):
     good = mixed_log(3000, 5)
     bad_only = b"".join(line + b"\n" for line in good.splitlines() if b"opCount zz" in line)
     p = tmp_path / "bad.log"
@@ -115,7 +116,7 @@ def test_errors_located_as_in_one_process(tmp_path, monkeypatch):
         errors = []
         for processes in ("1", "2"):
             monkeypatch.setenv(split.PROCESSES_ENV, processes)
-            monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
+            monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", first_read)
             monkeypatch.setattr(split, "PIECE_BYTES", 4096)
             monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 1024)
             with pytest.raises(CollcError) as e:
