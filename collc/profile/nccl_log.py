@@ -14,7 +14,10 @@ AllGather and Gather log the per-rank send count, ReduceScatter and Scatter the 
 receive count, AlltoAll the per-peer count; the rest the buffer. `bytes` is nccl-tests' size.
 
 The file is scanned in chunks with one compiled regex anchored on `NCCL INFO`: lines that
-are not INIT, COLL or TUNING lines cost a C-level scan and no Python at all.
+are not INIT, COLL or TUNING lines cost a C-level scan and no Python at all. The scan
+(`_scan`) makes compact events of the COLL and TUNING lines; the replay (`_replay`) makes
+the records, in order. A big log is scanned by several processes and replayed here
+(`nccl_log_split`), with the same code and the same result.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ class _State:
         self.ops: list[tuple] | None = [] if record_ops else None
 
     def trim(self) -> None:
-        """Forget the shapes and TUNING pairs of events already replayed, if many."""
+        """Forget the shapes, threads and TUNING lines of events already replayed, if many."""
         if max(len(self.shape_list), len(self.thread_list), len(self.tuning_list)) > 100_000:
             for table in (self.shapes, self.shape_list, self.threads, self.thread_list,
                           self.tunings, self.tuning_list):
