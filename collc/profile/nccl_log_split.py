@@ -21,7 +21,8 @@ the sequential read.
 
 Plain files are read by the workers themselves (only offsets are sent); gzip and other
 streams are decompressed here, in `CHUNK_BYTES` reads as the sequential reader does (so a
-truncated stream fails at the same line and offset), and their pieces sent.
+truncated stream fails at the same line and offset), and their pieces handed over in
+memory shared with the workers (`_Slots`; pickled where the workers are not forked).
 
 Used when the log is at least `PARALLEL_MIN_BYTES` and more than one CPU is usable
 (`os.sched_getaffinity`); `COLLC_NCCL_LOG_PROCESSES=1` keeps every read in one process
@@ -238,7 +239,61 @@ def _read_stream(f: BinaryIO, state: _State, pool: ProcessPoolExecutor,
             while (calls := nccl_log._scan_batch(pieces, state)) is not None:
                 yield from calls
             return
-        yield from _run(_stream_tasks(f, head, state), state, pool, workers)
+        slots = _Slots.create(2 * workers + 2)
+        try:
+            yield from _run(_stream_tasks(f, head, state, slots), state, pool, workers)
+        finally:
+            if slots is not None:
+                slots.close()
+
+
+class _Slots:
+    """Shared memory the workers inherit when they are forked: a stream's pieces are
+    copied into it, a piece per slot in turn, instead of being pickled through a pipe
+    (which costs about six copies of every byte, a tenth of a gzip log's read).
+
+    A slot is written again only after `count - 1` later pieces were handed out; `_run`
+    replays (so its worker has long copied it out) all but 2 x workers of those first.
+    """
+
+    def __init__(self, count: int):
+        import mmap
+        import secrets
+        self.count, self.size, self.next = count, PIECE_BYTES, 0
+        self.memory = mmap.mmap(-1, count * self.size)
+        self.token = secrets.token_hex(8)
+        _SHARED[self.token] = self.memory     # before the pool forks: see _scan_shared
+
+    @classmethod
+    def create(cls, count: int) -> "_Slots | None":
+        if "fork" not in multiprocessing.get_all_start_methods():   # as _pool: no fork, no sharing
+            return None
+        try:
+            return cls(count)
+        except OSError:
+            return None
+
+    def task(self, piece: bytes, *args) -> tuple:
+        """The task that scans `piece`: through a slot, or pickled if it is too big for one."""
+        if len(piece) > self.size:
+            return (_scan_bytes, piece, *args)
+        start = self.next * self.size
+        self.memory[start:start + len(piece)] = piece
+        self.next = (self.next + 1) % self.count
+        return (_scan_shared, self.token, start, len(piece), *args)
+
+    def close(self) -> None:
+        _SHARED.pop(self.token, None)
+        self.memory.close()
+
+
+# Token -> shared memory of the pieces being read, as a worker inherits it (see _Slots).
+_SHARED: dict[str, object] = {}
+
+
+def _scan_shared(token: str, start: int, length: int, name: str, comms: dict,
+                 process_rank: dict) -> PieceResult:
+    return _scan_bytes(_SHARED[token][start:start + length], name, comms, process_rank)
 
 
 def _read_ahead(f: BinaryIO, name: str) -> tuple[bytes, bool]:
@@ -256,7 +311,7 @@ def _read_ahead(f: BinaryIO, name: str) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
-def _stream_tasks(f: BinaryIO, head: bytes, state: _State) -> Iterator[tuple]:
+def _stream_tasks(f: BinaryIO, head: bytes, state: _State, slots: "_Slots | None") -> Iterator[tuple]:
     """Pieces of the decompressed stream (after `head`, its first bytes), each with the
     INIT tables as of its start."""
     tables = _InitTables(state)
@@ -290,7 +345,8 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: _State) -> Iterator[tuple]:
             cut = cut or len(data)
         target = PIECE_BYTES
         piece = data[:cut] if cut < len(data) else data
-        yield (_scan_bytes, piece, name, *tables.snapshot())
+        args = (name, *tables.snapshot())
+        yield slots.task(piece, *args) if slots is not None else (_scan_bytes, piece, *args)
         tables.see(piece, 0, len(piece))
         rest = data[cut:]
         buffered, size = [rest], len(rest)

@@ -99,8 +99,20 @@ def test_lines_longer_than_a_piece(tmp_path, monkeypatch):
     p.write_bytes(mixed_log(400, 3) + (long_line + "\n").encode() * 3 + mixed_log(400, 4))
     sequential, parallel, pieces = read_both([p], monkeypatch, 2000)
     assert parallel == sequential
+    # gzip: pieces go through shared memory, or pickled when too big for a slot
+    kinds = []
+    task = split._Slots.task
+
+    def spy(self, *args):
+        made = task(self, *args)
+        kinds.append(made[0])
+        return made
+
+    monkeypatch.setattr(split._Slots, "task", spy)
     sequential, parallel, pieces = read_both([_gzip(p)], monkeypatch, 2000)
     assert parallel == sequential
+    if "fork" in split.multiprocessing.get_all_start_methods():
+        assert set(kinds) == {split._scan_shared, split._scan_bytes}
 
 
 @pytest.mark.parametrize("first_read", [0, 10**9])
