@@ -247,14 +247,21 @@ def _chunks(f: BinaryIO, state: _State) -> Iterator[tuple[bytes, int]]:
         rest = data[cut:]
 
 
+READ_ERRORS = (EOFError, zlib.error, OSError)   # what reading a truncated or corrupt stream raises
+
+
 def read_or_fail(f: BinaryIO, n: int, name: str, line: int, offset: int) -> bytes:
     """`f.read(n)`, or a located error for a truncated or corrupt compressed log
     (`line`: the line being read; `offset`: decompressed bytes before it)."""
     try:
         return f.read(n)
-    except (EOFError, zlib.error, OSError) as e:
-        raise CollcError(f"truncated or corrupt compressed log: {e}", Span(name, line, 1),
-                         notes=(f"after {offset} bytes of decompressed data",)) from None
+    except READ_ERRORS as e:
+        raise read_error(e, name, line, offset) from None
+
+
+def read_error(e: BaseException, name: str, line: int, offset: int) -> CollcError:
+    return CollcError(f"truncated or corrupt compressed log: {e}", Span(name, line, 1),
+                      notes=(f"after {offset} bytes of decompressed data",))
 
 
 def _scan_batch(pieces: Iterator[tuple[bytes, int]], state: _State) -> list[CollectiveCall] | None:

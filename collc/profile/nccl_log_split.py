@@ -45,7 +45,7 @@ from typing import BinaryIO, Iterator
 from .detect import TraceSource
 from .records import CollectiveCall, SourceSummary, TraceContext
 from . import nccl_log
-from .nccl_log import _ICOMM, _LINE, _State, apply_init, apply_ops, read_or_fail
+from .nccl_log import _ICOMM, _LINE, _State, apply_init, apply_ops
 
 PARALLEL_MIN_BYTES = 16 << 20   # below this, starting processes costs more than it saves
 PIECE_BYTES = 8 << 20           # small enough that the last piece's replay is short
@@ -300,15 +300,27 @@ def _read_ahead(f: BinaryIO, name: str) -> tuple[bytes, bool]:
     """The stream's first PARALLEL_MIN_BYTES (or all of it), read as the sequential reader
     reads (and fails); True if that is all of it."""
     chunks: list[bytes] = []
-    read = lines = 0
+    read = 0
     while read < PARALLEL_MIN_BYTES:
-        chunk = read_or_fail(f, nccl_log.CHUNK_BYTES, name, lines + 1, read)
+        try:
+            chunk = f.read(nccl_log.CHUNK_BYTES)
+        except nccl_log.READ_ERRORS as e:
+            lines = sum(c.count(b"\n") for c in chunks)
+            raise nccl_log.read_error(e, name, lines + 1, read) from None
         if not chunk:
             return b"".join(chunks), True
         chunks.append(chunk)
         read += len(chunk)
-        lines += chunk.count(b"\n")
     return b"".join(chunks), False
+
+
+class _StreamError(Exception):
+    """A stream failed to read after some pieces were handed out: the line it failed at is
+    known once their workers have counted their lines (see `_run`)."""
+
+    def __init__(self, cause: BaseException, offset: int, lines_after_pieces: int):
+        super().__init__(str(cause))
+        self.cause, self.offset, self.lines_after_pieces = cause, offset, lines_after_pieces
 
 
 def _stream_tasks(f: BinaryIO, head: bytes, state: _State, slots: "_Slots | None") -> Iterator[tuple]:
@@ -318,19 +330,21 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: _State, slots: "_Slots | None
     name = state.name
     buffered: list[bytes] = [head]
     size = len(head)
-    offset, lines = len(head), head.count(b"\n")   # read so far, for the error of a bad stream
+    offset = len(head)          # bytes read so far, for the error of a bad stream
     done = False
     target = PIECE_BYTES
     while True:
         while not done and size < target:
-            chunk = read_or_fail(f, nccl_log.CHUNK_BYTES, name, lines + 1, offset)
+            try:
+                chunk = f.read(nccl_log.CHUNK_BYTES)
+            except nccl_log.READ_ERRORS as e:
+                raise _StreamError(e, offset, sum(b.count(b"\n") for b in buffered)) from None
             if not chunk:
                 done = True
                 break
             buffered.append(chunk)
             size += len(chunk)
             offset += len(chunk)
-            lines += chunk.count(b"\n")
         if size == 0:
             return
         data = b"".join(buffered) if len(buffered) > 1 else buffered[0]
@@ -359,11 +373,17 @@ def _run(tasks: Iterator[tuple], state: _State, pool: ProcessPoolExecutor,
     line_base = state.lines
     in_flight: deque[Future] = deque()
     try:
-        for task in tasks:
-            in_flight.append(pool.submit(*task))
-            if len(in_flight) > 2 * workers:
-                calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
-                yield from calls
+        try:
+            for task in tasks:
+                in_flight.append(pool.submit(*task))
+                if len(in_flight) > 2 * workers:
+                    calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
+                    yield from calls
+        except _StreamError as e:
+            # The lines before the failed read: the replayed pieces', the pieces in
+            # flight (as their workers count them) and the unfinished piece's.
+            lines = line_base + sum(future.result()[1] for future in in_flight) + e.lines_after_pieces
+            raise nccl_log.read_error(e.cause, state.name, lines + 1, e.offset) from None
         while in_flight:
             calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
             yield from calls
