@@ -185,7 +185,8 @@ def read_nccl_log(source: TraceSource, summary: SourceSummary, context: TraceCon
     from .nccl_log_split import read_split      # the same records, several processes
     split = read_split(source, state)
     if split is not None:
-        yield from split
+        for calls in split:       # lists, not calls: one generator less for each call to pass
+            yield from calls
     else:
         with source.open() as f:
             pieces = _chunks(f, state)

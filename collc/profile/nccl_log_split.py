@@ -68,10 +68,11 @@ def processes() -> int:
         return os.cpu_count() or 1
 
 
-def read_split(source: TraceSource, state: _State) -> Iterator[CollectiveCall] | None:
-    """The log's calls read by several processes (those the sequential read would yield
-    before its final flush, with `state` left as it would leave it), or None where one
-    process should read it: one CPU, a small plain file, or no way to start workers."""
+def read_split(source: TraceSource, state: _State) -> Iterator[list[CollectiveCall]] | None:
+    """The log's calls read by several processes, a list per piece (those the sequential
+    read would yield before its final flush, with `state` left as it would leave it), or
+    None where one process should read it: one CPU, a small plain file, or no way to
+    start workers."""
     workers = processes()
     if workers < 2:
         return None
@@ -226,7 +227,7 @@ def _piece_at(fd: int, start: int, size: int) -> tuple[bytes, int]:
 
 
 def _read_stream(f: BinaryIO, state: _State, pool: ProcessPoolExecutor,
-                 workers: int) -> Iterator[CollectiveCall]:
+                 workers: int) -> Iterator[list[CollectiveCall]]:
     with f:
         try:
             head, complete = _read_ahead(f, state.name)
@@ -237,7 +238,7 @@ def _read_stream(f: BinaryIO, state: _State, pool: ProcessPoolExecutor,
             pool.shutdown()
             pieces = nccl_log._chunks(io.BytesIO(head), state)
             while (calls := nccl_log._scan_batch(pieces, state)) is not None:
-                yield from calls
+                yield calls
             return
         slots = _Slots.create(2 * workers + 2)
         try:
@@ -367,7 +368,7 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: _State, slots: "_Slots | None
 
 
 def _run(tasks: Iterator[tuple], state: _State, pool: ProcessPoolExecutor,
-         workers: int) -> Iterator[CollectiveCall]:
+         workers: int) -> Iterator[list[CollectiveCall]]:
     """Hand the tasks to the pool, at most two per worker in flight, and replay their
     results in order."""
     line_base = state.lines
@@ -378,7 +379,7 @@ def _run(tasks: Iterator[tuple], state: _State, pool: ProcessPoolExecutor,
                 in_flight.append(pool.submit(*task))
                 if len(in_flight) > 2 * workers:
                     calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
-                    yield from calls
+                    yield calls
         except _StreamError as e:
             # The lines before the failed read: the replayed pieces', the pieces in
             # flight (as their workers count them) and the unfinished piece's.
@@ -386,7 +387,7 @@ def _run(tasks: Iterator[tuple], state: _State, pool: ProcessPoolExecutor,
             raise nccl_log.read_error(e.cause, state.name, lines + 1, e.offset) from None
         while in_flight:
             calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
-            yield from calls
+            yield calls
     finally:
         for future in in_flight:
             future.cancel()
