@@ -98,16 +98,18 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
     lowering = back.lowering(options)
     budget = back.op_budget(job.collective.ranks) if back.op_budget and not job.algorithm else None
     peers: int | None = None
+    refused: list[str] = []  # why the runtime refused earlier schedules, for the report
     for attempt in range(BUDGET_RETRIES + 1):
         unit, solver = produce_schedule(job, budget, peers)
         if not lowering:
             return unit, solver
         try:
-            return PassManager(parse_pipeline(lowering)).run(unit), solver
+            lowered = PassManager(parse_pipeline(lowering)).run(unit)
         except Exception as exc:
             if (budget is None or back.limit_error is None or not isinstance(exc, back.limit_error)
                     or attempt == BUDGET_RETRIES):
                 raise
+            refused.append(str(exc))
             if (peers is None and back.peer_budget and back.peer_limit_error is not None
                     and isinstance(exc, back.peer_limit_error)):
                 peers = back.peer_budget
@@ -115,6 +117,12 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
             if len(unit.schedule.ops) <= job.collective.ranks:
                 raise
             budget = max(1, min(budget, len(unit.schedule.ops)) // 2)
+            continue
+        if refused and solver is not None:
+            # The schedule the user gets was asked for within these limits, after the
+            # runtime refused the ones before it.
+            solver = {**solver, "backend_max_ops": budget, "backend_max_peers": peers, "refused_by_backend": refused}
+        return lowered, solver
     raise AssertionError("unreachable")
 
 

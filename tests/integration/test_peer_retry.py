@@ -56,9 +56,12 @@ def test_too_many_peers_asks_for_fewer_peers_then_fewer_ops(asked):
     # other node on its rail, as the star's trees fall).
     back = replace(get_backend("msccl-xml"), lowering=lambda options: "test-refuse-many-peers",
                    op_budget=lambda ranks: 512 * ranks, peer_budget=PEERS)
-    unit, _ = driver.schedule_for_backend(_job(8), back, BackendOptions())
+    unit, solver = driver.schedule_for_backend(_job(8), back, BackendOptions())
     assert asked == [(32_768, None), (32_768, PEERS), (16_384, PEERS)]
     assert driver.most_peers(unit.schedule) <= PEERS and len(unit.schedule.ops) <= 16_384
+    # The report says within which limits the schedule was asked for, and why.
+    assert solver["backend_max_ops"] == 16_384 and solver["backend_max_peers"] == PEERS
+    assert solver["refused_by_backend"] == ["a GPU has 13 peers", "too many ops"]
 
 
 def test_a_backend_without_a_peer_budget_only_halves_ops(asked, monkeypatch):
@@ -68,3 +71,4 @@ def test_a_backend_without_a_peer_budget_only_halves_ops(asked, monkeypatch):
     with pytest.raises(PeerLimitError, match="a GPU has 13 peers"):
         driver.schedule_for_backend(_job(8), back, BackendOptions())
     assert asked == [(32_768, None), (16_384, None)]
+
