@@ -80,6 +80,7 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from collc.analysis.demand import (
     Requirement, disjoint_requirements, greedy_disjoint, pairwise_disjoint, requirements,
@@ -139,6 +140,15 @@ def lower_bounds(topology: Topology, collective: Collective, size_bytes: int) ->
 
 @lru_cache(maxsize=4)
 def _lower_bounds(topology: Topology, collective: Collective, size_bytes: int) -> LowerBounds:
+    # One BLAS thread: the matrices here are at most a few thousand wide, where threads
+    # cost more than they give (an eigh of 1,024 x 1,024 took ten times the CPU with
+    # OpenBLAS's threads on a busy 2-core machine), and one thread gives the same
+    # floats on every machine, whatever its core count.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _compute_bounds(topology, collective, size_bytes)
+
+
+def _compute_bounds(topology: Topology, collective: Collective, size_bytes: int) -> LowerBounds:
     reqs = requirements(collective)
     needed = tuple(r for r in reqs if r.needers)
     slot = collective.slot_bytes(size_bytes)
