@@ -28,6 +28,7 @@ wrong rewrite is reported by the verifier's own message, never waved through.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter, itemgetter
 
@@ -64,6 +65,53 @@ def verify_rewritten(before: Schedule | None, after: Schedule, topology: Topolog
     verify(after, topology)
 
 
+@dataclass(frozen=True)
+class BuiltColumns:
+    """A schedule's ops as columns, from the builder that made them (the stdlib rings'
+    builders have them as arrays before they make the `Op`s): what `_Columns` would
+    read back from the ops, one row per op; `deps` all ops' dependencies, in order."""
+
+    ids: np.ndarray
+    step: np.ndarray
+    kind: np.ndarray  # 0 copy, 1 reduce
+    src_rb: np.ndarray  # rank x 3 + buffer (0 input, 1 output, 2 scratch)
+    src_idx: np.ndarray
+    dst_rb: np.ndarray
+    dst_idx: np.ndarray
+    ndeps: np.ndarray
+    deps: np.ndarray
+
+
+# id(schedule) -> (a weak reference to it, its columns): columns known without reading
+# the ops again (from a builder, or from a verification that read them).
+_KNOWN_COLUMNS: dict[int, tuple[weakref.ref, "_Columns"]] = {}
+
+
+def remember_columns(schedule: Schedule, columns: "BuiltColumns | _Columns") -> None:
+    """Record `schedule`'s columns (they must be exactly its ops': a builder's own)."""
+    if isinstance(columns, BuiltColumns):
+        columns = _Columns.from_built(columns)
+    key = id(schedule)
+    _KNOWN_COLUMNS[key] = (weakref.ref(schedule, lambda _ref, key=key: _KNOWN_COLUMNS.pop(key, None)), columns)
+
+
+def columns_of(schedule: Schedule, keep: bool = False) -> "_Columns":
+    """The schedule's columns: the recorded ones, else read from its ops (and recorded
+    if `keep`). Columns with routes are never recorded (their codes depend on a table)."""
+    hit = _KNOWN_COLUMNS.get(id(schedule))
+    if hit is not None and hit[0]() is schedule:
+        return hit[1]
+    routes: dict[tuple[str, ...], int] = {}
+    columns = _Columns(schedule.ops, routes)
+    if keep and not routes:
+        remember_columns(schedule, columns)
+    return columns
+
+
+def forget_columns(schedule: Schedule) -> None:
+    _KNOWN_COLUMNS.pop(id(schedule), None)
+
+
 # Buffers and kinds by identity (their Enum hash is a Python-level call).
 _BUFFER_CODE = {id(Buffer.INPUT): 0, id(Buffer.OUTPUT): 1, id(Buffer.SCRATCH): 2}
 _KIND_CODE = {id(OpKind.COPY): 0, id(OpKind.REDUCE): 1}
@@ -97,6 +145,16 @@ class _Columns:
         self.ndeps = col(map(len, map(attrgetter("deps"), ops)))
         self.deps = np.fromiter(chain.from_iterable(map(attrgetter("deps"), ops)), dtype=np.int64,
                                 count=int(self.ndeps.sum()))
+
+    @classmethod
+    def from_built(cls, built: BuiltColumns) -> "_Columns":
+        out = cls.__new__(cls)
+        out.n = len(built.ids)
+        out.ids, out.step, out.kind_route = built.ids, built.step, built.kind
+        out.count = np.ones(out.n, dtype=np.int64)
+        out.src_rb, out.src_idx, out.dst_rb, out.dst_idx = built.src_rb, built.src_idx, built.dst_rb, built.dst_idx
+        out.ndeps, out.deps = built.ndeps, built.deps
+        return out
 
     def _slots(self, locs: list) -> tuple[np.ndarray, np.ndarray]:
         """(rank x 3 + buffer, index) of each slot."""
@@ -156,8 +214,12 @@ def same_work(before: Schedule, after: Schedule) -> bool:
         return False
     if after.scratch != before.scratch or after.topology != before.topology:
         return False
+    old = columns_of(before)
+    forget_columns(before)  # read once more here at most: the columns of millions of ops take hundreds of MB
     routes: dict[tuple[str, ...], int] = {}
-    old, new = _Columns(before.ops, routes), _Columns(after.ops, routes)
+    if bool((old.kind_route >= 2).any()):
+        old = _Columns(before.ops, routes)  # route codes from one table for both schedules
+    new = _Columns(after.ops, routes)
     if int(old.count.sum()) != int(new.count.sum()) or bool((new.count < 1).any()) or _self_overlapping(old):
         return False
     # Well formed: ids unique, dependencies listed earlier and at an earlier step.

@@ -29,7 +29,7 @@ import numpy as np
 
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
-from collc.regrouped import _Columns
+from collc.regrouped import columns_of
 
 # Below this many ops the op-by-op verifier is as fast (numpy has a fixed cost per call).
 MIN_OPS = 4096
@@ -42,7 +42,7 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     ranks, n = coll.ranks, len(schedule.ops)
     if n == 0 or (topology is not None and topology.num_ranks != ranks):
         return False
-    cols = _Columns(schedule.ops, {})
+    cols = columns_of(schedule, keep=True)  # kept: a lowering pass's re-verification reads them again
     if (bool((cols.kind_route >= 2).any()) or bool((cols.count != 1).any())
             or not np.array_equal(cols.ids, np.arange(n))):
         return False  # routes, several slots per op, ids that are not positions
