@@ -201,6 +201,27 @@ class _Columns:
         return np.repeat(np.arange(self.n), self.ndeps), dep_pos
 
 
+def sort_order(keys: list[np.ndarray]) -> np.ndarray:
+    """`np.lexsort(keys[::-1])` (the first key major): the rows' order by the keys. Where
+    the keys fit in 63 bits together (non-negative, as every column here is) they are
+    packed into one int64 and sorted by numpy's radix sort, several times faster than
+    a lexsort of millions of rows; ties keep their order in both."""
+    if len(keys[0]) == 0:
+        return np.zeros(0, dtype=np.int64)
+    bits = []
+    for k in keys:
+        if int(k.min()) < 0:
+            return np.lexsort(keys[::-1])
+        bits.append(max(1, int(k.max()).bit_length()))
+    if sum(bits) > 63:
+        return np.lexsort(keys[::-1])
+    code = np.zeros(len(keys[0]), dtype=np.int64)
+    for k, b in zip(keys, bits):
+        code <<= b
+        code |= k
+    return np.argsort(code, kind="stable")
+
+
 def _self_overlapping(c: _Columns) -> bool:
     """Some op of several slots reads slots it also writes (its own order would matter)."""
     same = (c.count > 1) & (c.src_rb == c.dst_rb)
@@ -232,7 +253,7 @@ def same_work(before: Schedule, after: Schedule) -> bool:
     # The same units: sorted the same way, the key columns are equal row by row.
     old_owner, old_keys = old.units()
     new_owner, new_keys = new.units()
-    old_order, new_order = np.lexsort(old_keys[::-1]), np.lexsort(new_keys[::-1])
+    old_order, new_order = sort_order(old_keys), sort_order(new_keys)
     for a, b in zip(old_keys, new_keys):
         if not np.array_equal(a[old_order], b[new_order]):
             return False

@@ -25,11 +25,14 @@ verifier, which decides and words the error: error messages are the verifier's a
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+from operator import attrgetter, is_not
+
 import numpy as np
 
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
-from collc.regrouped import columns_of
+from collc.regrouped import columns_of, sort_order
 
 # Below this many ops the op-by-op verifier is as fast (numpy has a fixed cost per call).
 MIN_OPS = 4096
@@ -117,7 +120,7 @@ def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, edge_codes: n
     when = np.concatenate((step, step))
     who = np.concatenate((op, op))
     writes = np.concatenate((np.zeros(n, dtype=bool), np.ones(n, dtype=bool)))
-    order = np.lexsort((writes, when, slot))
+    order = sort_order([slot, when, writes.astype(np.int64)])
     slot, when, who, writes = slot[order], when[order], who[order], writes[order]
     m = len(slot)
     same = slot[1:] == slot[:-1]
@@ -174,17 +177,21 @@ def _rank_bits(ranks: np.ndarray, words: int) -> np.ndarray:
     return out
 
 
+_RANK_OF, _INDEX_OF = attrgetter("rank"), attrgetter("index")
+
+
 def _one_index(value) -> tuple[int, np.ndarray] | None:
     """(index, ranks) of a value whose chunks share one index; None otherwise."""
-    indices = {c.index for c in value}
+    indices = set(map(_INDEX_OF, value))
     if len(indices) != 1:
         return None
-    return indices.pop(), np.fromiter((c.rank for c in value), dtype=np.int64, count=len(value))
+    return indices.pop(), np.fromiter(map(_RANK_OF, value), dtype=np.int64, count=len(value))
 
 
 class _Values:
     """Distinct values (by object: the collectives share equal values) as (index, bits
-    rows), and which of them each slot has."""
+    rows), and which of them each slot has. The one-chunk values (every input of the
+    standard collectives: n^2 of them for an AllReduce) are read by C-level maps."""
 
     def __init__(self, values: list, words: int):
         ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))
@@ -193,23 +200,28 @@ class _Values:
         self.ok = True
         self.index = np.zeros(len(first), dtype=np.int64)
         self.bits = np.zeros((len(first), words), dtype=np.uint64)
-        singles, single_rank = [], []
-        for k, at in enumerate(first.tolist()):
-            v = values[at]
-            if v is not None and len(v) == 1:
-                (c,) = v
-                singles.append(k)
-                self.index[k] = c.index
-                single_rank.append(c.rank)
-                continue
-            found = _one_index(v) if v else None
+        distinct = list(map(values.__getitem__, first.tolist()))
+        if None in distinct:
+            self.ok = False
+            return
+        sizes = np.fromiter(map(len, distinct), dtype=np.int64, count=len(distinct))
+        if bool((sizes == 0).any()):
+            self.ok = False
+            return
+        singles = np.flatnonzero(sizes == 1)
+        if len(singles):
+            chunks = list(map(next, map(iter, map(distinct.__getitem__, singles.tolist()))))
+            self.index[singles] = np.fromiter(map(_INDEX_OF, chunks), dtype=np.int64, count=len(chunks))
+            ranks = np.fromiter(map(_RANK_OF, chunks), dtype=np.int64, count=len(chunks))
+            self.bits[singles] = _rank_bits(ranks, words)
+        for k in np.flatnonzero(sizes > 1).tolist():
+            found = _one_index(distinct[k])
             if found is None:
                 self.ok = False
                 return
             self.index[k] = found[0]
-            self.bits[k] = np.bitwise_or.reduce(_rank_bits(found[1], words), axis=0)
-        if singles:
-            self.bits[np.array(singles, dtype=np.int64)] = _rank_bits(np.array(single_rank, dtype=np.int64), words)
+            ranks = found[1]
+            np.bitwise_or.at(self.bits[k], ranks // 64, np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64)))
 
 
 _BLOCK = 1 << 17  # slots compared at once (bounds the temporaries at 1,024 ranks)
@@ -228,12 +240,10 @@ def _slots_of(buffers, base: np.ndarray) -> np.ndarray:
 
 
 def _set_inputs(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray) -> bool:
-    values = [v for buf in coll.inputs for v in buf]
+    values = list(chain.from_iterable(coll.inputs))
     if not values:
         return True
-    if any(not v for v in values):
-        return False
-    distinct = _Values(values, bits.shape[1])
+    distinct = _Values(values, bits.shape[1])  # not ok where a value is empty
     if not distinct.ok:
         return False
     at = _slots_of(coll.inputs, _layout(coll, schedule)[0])
@@ -245,14 +255,14 @@ def _set_inputs(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray) -
 
 def _outputs_equal(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray) -> bool:
     """Every output slot with a required value holds exactly that value."""
-    values = [v for buf in coll.outputs for v in buf]
+    values = list(chain.from_iterable(coll.outputs))
     if not values:
         return True
     distinct = _Values(values, bits.shape[1])
     if not distinct.ok:
         return False
     at = _slots_of(coll.outputs, _layout(coll, schedule)[1])
-    wanted = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    wanted = np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=len(values))
     at, which = at[wanted], distinct.which[wanted]
     if not np.array_equal(index[at], distinct.index[which]):
         return False

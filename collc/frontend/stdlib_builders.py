@@ -138,6 +138,10 @@ class _Batches:
         self.readers = np.full((slots, 2), -1, dtype=np.int64)  # since the last write; grows
         self.nreaders = np.zeros(slots, dtype=np.int64)
         self.step = np.zeros(total, dtype=np.int64)
+        # Scratch marks for the batch check: the batch that last named a slot as a
+        # destination, and that destination's position in it.
+        self.batch_of = np.full(slots, -1, dtype=np.int64)
+        self.place = np.zeros(slots, dtype=np.int64)
         self.parts: list[tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, Any]] = []
 
     def bases(self, ranks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -149,7 +153,11 @@ class _Batches:
         m = len(ids)
         if m == 0:
             return
-        assert len(np.unique(dst)) == m and not np.isin(src, dst).any(), "ops of one batch conflict"
+        token = len(self.parts)
+        self.batch_of[dst] = token
+        self.place[dst] = np.arange(m)
+        if bool((self.place[dst] != np.arange(m)).any()) or bool((self.batch_of[src] == token).any()):
+            raise AssertionError("ops of one batch conflict: a slot written twice, or read and written")
         width = 2 + self.readers.shape[1]
         deps = np.empty((m, width), dtype=np.int64)
         deps[:, 0] = self.last_writer[src]
