@@ -222,7 +222,14 @@ class _Batches:
                 tuples = zip(*(map(name, deps[rows, width - k + j].tolist()) for j in range(k)))
             list(map(dep_tuples.__setitem__, rows.tolist(), tuples))
         step_objects = list(range(int(self.step.max()) + 1))
-        used = np.unique(np.concatenate((src, dst)))
+        # The slots used, in slot order, and each one's position among them (a mark per
+        # slot: np.unique of millions of slot numbers costs seconds).
+        present = np.zeros(len(self.last_writer), dtype=bool)
+        present[src] = True
+        present[dst] = True
+        used = np.flatnonzero(present)
+        position = np.cumsum(present) - 1
+        del present
         rank, rest = np.divmod(used, 3 * self.width)
         buffer, index = np.divmod(rest, self.width)
         # tuple.__new__ by a C-level map: Loc's own __new__ is a Python function.
@@ -231,7 +238,7 @@ class _Batches:
         loc_at = locs.__getitem__
         self.program.ops.extend(make_ops(
             n, id_objects, map((COPY, REDUCE).__getitem__, kind.tolist()),
-            map(loc_at, np.searchsorted(used, src).tolist()), map(loc_at, np.searchsorted(used, dst).tolist()),
+            map(loc_at, position[src].tolist()), map(loc_at, position[dst].tolist()),
             repeat(1), dep_tuples, map(step_objects.__getitem__, self.step.tolist()), repeat(()),
             map(origins.__getitem__, origin_of.tolist())))
         return BuiltColumns(ids=np.arange(n), step=self.step, kind=kind, src_rb=src // self.width,
