@@ -180,6 +180,10 @@ class _Columns:
 
     def positions_of(self, ids: np.ndarray) -> np.ndarray | None:
         """The list position of each op id in `ids`; None if an id is no op's (or ids repeat)."""
+        if self.ids_are_positions():
+            if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.n):
+                return None
+            return ids
         order = np.argsort(self.ids, kind="stable")
         sorted_ids = self.ids[order]
         if bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
@@ -192,6 +196,14 @@ class _Columns:
         if not bool((sorted_ids[where] == ids).all()):
             return None
         return order[where]
+
+    def ids_are_positions(self) -> bool:
+        """Whether op i has id i (every built or synthesized schedule): ids are then
+        their own positions, with no search."""
+        found = getattr(self, "_ids_are_positions", None)
+        if found is None:
+            found = self._ids_are_positions = bool(np.array_equal(self.ids, np.arange(self.n)))
+        return found
 
     def edges(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(op position, dependency position) for every dependency; None if one names no op."""

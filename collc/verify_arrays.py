@@ -62,7 +62,7 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     src, dst, total = slots
     reduce = cols.kind_route == 1
     del cols, edges  # hundreds of MB at 1,024 ranks: keep only what the runs below read
-    if not _race_free(src, dst, step, op_of_edge * n + dep, n):
+    if not _race_free(src, dst, step, _DepTable(op_of_edge, dep, n), n):
         return False
     del op_of_edge, dep
     return _values_meet_postcondition(schedule, src, dst, reduce, step, total)
@@ -105,14 +105,27 @@ def _slot_numbers(schedule: Schedule, cols: _Columns, topology: Topology | None
     return out[0], out[1], int(sizes.sum())
 
 
-def _is_edge(queries: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Which codes `op * n + dep` in `queries` are dependencies (`edges` sorted)."""
-    if len(edges) == 0:
-        return np.zeros(len(queries), dtype=bool)
-    return edges[np.minimum(np.searchsorted(edges, queries), len(edges) - 1)] == queries
+class _DepTable:
+    """Each op's dependencies as one row of a matrix (padded with -1): whether (op, dep)
+    is a dependency is a comparison with a few entries, not a search of millions."""
+
+    def __init__(self, op_of_edge: np.ndarray, dep: np.ndarray, n: int):
+        counts = np.bincount(op_of_edge, minlength=n)
+        width = max(1, int(counts.max()) if len(counts) else 1)
+        self.rows = np.full((n, width), -1, dtype=np.int64)
+        # Edges come grouped by op (from the columns' order): each one's place in its row.
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        self.rows[op_of_edge, np.arange(len(dep)) - starts[op_of_edge]] = dep
+
+    def has(self, ops: np.ndarray, deps: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(ops), dtype=bool)
+        for lo in range(0, len(ops), _BLOCK):
+            o, d = ops[lo:lo + _BLOCK], deps[lo:lo + _BLOCK]
+            out[lo:lo + _BLOCK] = (self.rows[o] == d[:, None]).any(axis=1)
+        return out
 
 
-def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, edge_codes: np.ndarray, n: int) -> bool:
+def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, table: _DepTable, n: int) -> bool:
     """Every two accesses of a slot where one writes are ordered by a direct dependency
     (see the module docstring); False also for orders this path does not search."""
     op = np.arange(n)
@@ -126,20 +139,19 @@ def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, edge_codes: n
     same = slot[1:] == slot[:-1]
     if bool((same & (when[1:] == when[:-1]) & (writes[1:] | writes[:-1])).any()):
         return False  # a write and another access of one slot in one step
-    edges = np.sort(edge_codes)
     # The last write before each access (entries of one slot are contiguous, in step order).
     last = np.maximum.accumulate(np.where(writes, np.arange(m), -1))
     prev = np.concatenate(([-1], last[:-1]))
     has = prev >= 0
     has[has] = slot[prev[has]] == slot[has]
-    if not bool(_is_edge(who[has] * n + who[prev[has]], edges).all()):
+    if not bool(table.has(who[has], who[prev[has]]).all()):
         return False
     # Each read and the next write of its slot.
     nxt_all = np.minimum.accumulate(np.where(writes, np.arange(m), m)[::-1])[::-1]
     nxt = np.concatenate((nxt_all[1:], [m]))
     reads = ~writes & (nxt < m)
     reads[reads] = slot[nxt[reads]] == slot[reads]
-    return bool(_is_edge(who[nxt[reads]] * n + who[reads], edges).all())
+    return bool(table.has(who[nxt[reads]], who[reads]).all())
 
 
 def _values_meet_postcondition(schedule: Schedule, src: np.ndarray, dst: np.ndarray, reduce: np.ndarray,
@@ -170,13 +182,6 @@ def _values_meet_postcondition(schedule: Schedule, src: np.ndarray, dst: np.ndar
     return _outputs_equal(coll, schedule, index, bits)
 
 
-def _rank_bits(ranks: np.ndarray, words: int) -> np.ndarray:
-    """One row of `words` uint64 per rank with that rank's bit set."""
-    out = np.zeros((len(ranks), words), dtype=np.uint64)
-    out[np.arange(len(ranks)), ranks // 64] = np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64))
-    return out
-
-
 _RANK_OF, _INDEX_OF = attrgetter("rank"), attrgetter("index")
 
 
@@ -191,15 +196,19 @@ def _one_index(value) -> tuple[int, np.ndarray] | None:
 class _Values:
     """Distinct values (by object: the collectives share equal values) as (index, bits
     rows), and which of them each slot has. The one-chunk values (every input of the
-    standard collectives: n^2 of them for an AllReduce) are read by C-level maps."""
+    standard collectives: n^2 of them for an AllReduce) are read by C-level maps and
+    kept as their rank (their bit rows are made a block at a time, by `rows`)."""
 
     def __init__(self, values: list, words: int):
         ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))
         _, first, self.which = np.unique(ids, return_index=True, return_inverse=True)
         self.which = self.which.reshape(-1)
         self.ok = True
+        self.words = words
         self.index = np.zeros(len(first), dtype=np.int64)
-        self.bits = np.zeros((len(first), words), dtype=np.uint64)
+        self.rank = np.full(len(first), -1, dtype=np.int64)  # a one-chunk value's rank
+        self.multi_row = np.full(len(first), -1, dtype=np.int64)  # else its row of `bits`
+        self.bits = np.zeros((0, words), dtype=np.uint64)
         distinct = list(map(values.__getitem__, first.tolist()))
         if None in distinct:
             self.ok = False
@@ -212,16 +221,30 @@ class _Values:
         if len(singles):
             chunks = list(map(next, map(iter, map(distinct.__getitem__, singles.tolist()))))
             self.index[singles] = np.fromiter(map(_INDEX_OF, chunks), dtype=np.int64, count=len(chunks))
-            ranks = np.fromiter(map(_RANK_OF, chunks), dtype=np.int64, count=len(chunks))
-            self.bits[singles] = _rank_bits(ranks, words)
-        for k in np.flatnonzero(sizes > 1).tolist():
+            self.rank[singles] = np.fromiter(map(_RANK_OF, chunks), dtype=np.int64, count=len(chunks))
+        multi = np.flatnonzero(sizes > 1)
+        self.multi_row[multi] = np.arange(len(multi))
+        self.bits = np.zeros((len(multi), words), dtype=np.uint64)
+        for row, k in enumerate(multi.tolist()):
             found = _one_index(distinct[k])
             if found is None:
                 self.ok = False
                 return
             self.index[k] = found[0]
             ranks = found[1]
-            np.bitwise_or.at(self.bits[k], ranks // 64, np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64)))
+            np.bitwise_or.at(self.bits[row], ranks // 64, np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64)))
+
+    def rows(self, which: np.ndarray) -> np.ndarray:
+        """The bit rows of the distinct values `which`."""
+        out = np.zeros((len(which), self.words), dtype=np.uint64)
+        multi = self.multi_row[which]
+        has = multi >= 0
+        out[has] = self.bits[multi[has]]
+        rank = self.rank[which]
+        one = np.flatnonzero(rank >= 0)
+        r = rank[one]
+        out[one, r // 64] = np.left_shift(np.uint64(1), (r % 64).astype(np.uint64))
+        return out
 
 
 _BLOCK = 1 << 17  # slots compared at once (bounds the temporaries at 1,024 ranks)
@@ -249,7 +272,7 @@ def _set_inputs(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray) -
     at = _slots_of(coll.inputs, _layout(coll, schedule)[0])
     index[at] = distinct.index[distinct.which]
     for lo in range(0, len(at), _BLOCK):
-        bits[at[lo:lo + _BLOCK]] = distinct.bits[distinct.which[lo:lo + _BLOCK]]
+        bits[at[lo:lo + _BLOCK]] = distinct.rows(distinct.which[lo:lo + _BLOCK])
     return True
 
 
@@ -267,6 +290,6 @@ def _outputs_equal(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray
     if not np.array_equal(index[at], distinct.index[which]):
         return False
     for lo in range(0, len(at), _BLOCK):
-        if not np.array_equal(bits[at[lo:lo + _BLOCK]], distinct.bits[which[lo:lo + _BLOCK]]):
+        if not np.array_equal(bits[at[lo:lo + _BLOCK]], distinct.rows(which[lo:lo + _BLOCK])):
             return False
     return True

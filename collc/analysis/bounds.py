@@ -74,6 +74,7 @@ their out-capacity form also if a switch copies (one send, several receptions). 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -231,6 +232,17 @@ def _egress_bound(topology: Topology, needed: tuple[Requirement, ...], slot: flo
     """
     ranks = topology.num_ranks
     disjoint = pairwise_disjoint(r.value for r in needed)
+    if disjoint:
+        # Only how many: each requirement counts once for every exclusive owner u with
+        # a needer other than u (counted by C-level Counter updates, not a step per pair).
+        tally: Counter[int] = Counter()
+        for r in needed:
+            if len(r.needers) > 1:
+                tally.update(r.exclusive_owners())
+            elif r.needers:
+                tally.update(r.exclusive_owners() - r.needers)
+        return _per_rank_bound([tally[u] for u in range(ranks)],
+                               [_out_capacity(topology, u) for u in range(ranks)], slot)
     # Requirements by exclusive owner u, in order, where a rank other than u needs them.
     by_owner: list[list[Requirement]] = [[] for _ in range(ranks)]
     for r in needed:

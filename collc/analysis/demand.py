@@ -43,7 +43,10 @@ class Requirement:
 
     def exclusive_owners(self) -> frozenset[int]:
         """Ranks that are the only usable holder of at least one chunk of the value."""
-        return frozenset(next(iter(hs)) for hs in self.holders if len(hs) == 1)
+        # Over the distinct holder sets (equal sets are mostly one object: n per
+        # requirement of an AllReduce on n ranks, a few at most of them distinct).
+        distinct = dict(zip(map(id, self.holders), self.holders)).values()
+        return frozenset(next(iter(hs)) for hs in distinct if len(hs) == 1)
 
     def exclusive_chunks(self, rank: int) -> frozenset[ChunkId]:
         return frozenset(c for c, hs in zip(self.chunks, self.holders) if hs == frozenset((rank,)))
