@@ -30,7 +30,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 
 import numpy as np
 
@@ -147,6 +147,44 @@ class _Columns:
                                 count=int(self.ndeps.sum()))
 
     @classmethod
+    def derived(cls, ops: tuple[Op, ...], base_ops: tuple[Op, ...], base: "_Columns",
+                routes: dict[tuple[str, ...], int]) -> "_Columns":
+        """`_Columns(ops, routes)` for ops of which many are `base_ops`' own objects (a
+        lowering pass keeps the ops it does not change): their rows are copied from
+        `base` (whose ids are positions, with no routes), only the others are read."""
+        n = len(ops)
+        ids = np.fromiter(map(attrgetter("id"), ops), dtype=np.int64, count=n)
+        kept = np.zeros(n, dtype=bool)
+        inside = np.flatnonzero((ids >= 0) & (ids < len(base_ops)))
+        kept[inside] = np.fromiter(map(is_, map(ops.__getitem__, inside.tolist()),
+                                       map(base_ops.__getitem__, ids[inside].tolist())), dtype=bool, count=len(inside))
+        rest = np.flatnonzero(~kept)
+        read = cls(tuple(map(ops.__getitem__, rest.tolist())), routes)
+        same = np.flatnonzero(kept)
+        at = ids[same]
+        out = cls.__new__(cls)
+        out.n = n
+        for name in ("ids", "step", "count", "kind_route", "src_rb", "src_idx", "dst_rb", "dst_idx", "ndeps"):
+            column = np.empty(n, dtype=np.int64)
+            column[same] = getattr(base, name)[at]
+            column[rest] = getattr(read, name)
+            setattr(out, name, column)
+        # Dependencies: each op's run of `deps`, from wherever its row came.
+        starts = np.cumsum(out.ndeps) - out.ndeps
+        out.deps = np.empty(int(out.ndeps.sum()), dtype=np.int64)
+        base_starts = np.cumsum(base.ndeps) - base.ndeps
+        read_starts = np.cumsum(read.ndeps) - read.ndeps
+        for rows, from_starts, from_deps in ((same, base_starts[at], base.deps),
+                                             (rest, read_starts, read.deps)):
+            counts = out.ndeps[rows]
+            total = int(counts.sum())
+            if not total:
+                continue
+            within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+            out.deps[np.repeat(starts[rows], counts) + within] = from_deps[np.repeat(from_starts, counts) + within]
+        return out
+
+    @classmethod
     def from_built(cls, built: BuiltColumns) -> "_Columns":
         out = cls.__new__(cls)
         out.n = len(built.ids)
@@ -252,7 +290,11 @@ def same_work(before: Schedule, after: Schedule) -> bool:
     routes: dict[tuple[str, ...], int] = {}
     if bool((old.kind_route >= 2).any()):
         old = _Columns(before.ops, routes)  # route codes from one table for both schedules
-    new = _Columns(after.ops, routes)
+        new = _Columns(after.ops, routes)
+    elif old.ids_are_positions():
+        new = _Columns.derived(after.ops, before.ops, old, routes)  # the ops a pass kept are not read again
+    else:
+        new = _Columns(after.ops, routes)
     if int(old.count.sum()) != int(new.count.sum()) or bool((new.count < 1).any()) or _self_overlapping(old):
         return False
     # Well formed: ids unique, dependencies listed earlier and at an earlier step.
