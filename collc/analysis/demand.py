@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import ChunkId, Collective, Value, value_str
@@ -46,7 +46,8 @@ class Requirement:
         # Over the distinct holder sets (equal sets are mostly one object: n per
         # requirement of an AllReduce on n ranks, a few at most of them distinct).
         distinct = dict(zip(map(id, self.holders), self.holders)).values()
-        return frozenset(next(iter(hs)) for hs in distinct if len(hs) == 1)
+        alone = compress(distinct, map((1).__eq__, map(len, distinct)))
+        return frozenset(map(next, map(iter, alone)))
 
     def exclusive_chunks(self, rank: int) -> frozenset[ChunkId]:
         return frozenset(c for c, hs in zip(self.chunks, self.holders) if hs == frozenset((rank,)))
