@@ -205,6 +205,9 @@ class _Batches:
             origin_of[part_ids] = len(origins)
             origins.append(origin)
         self.parts = []
+        slots = len(self.last_writer)
+        # The slot tables are done with: freed before the millions of objects are made.
+        del self.last_writer, self.readers, self.nreaders, self.batch_of, self.place
         listed = deps >= 0
         ndeps = listed.sum(axis=1)
         # Python objects, made by C-level maps: one int object per op id (shared by the
@@ -224,7 +227,7 @@ class _Batches:
         step_objects = list(range(int(self.step.max()) + 1))
         # The slots used, in slot order, and each one's position among them (a mark per
         # slot: np.unique of millions of slot numbers costs seconds).
-        present = np.zeros(len(self.last_writer), dtype=bool)
+        present = np.zeros(slots, dtype=bool)
         present[src] = True
         present[dst] = True
         used = np.flatnonzero(present)
