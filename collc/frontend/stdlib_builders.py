@@ -231,9 +231,17 @@ class _Batches:
         present[src] = True
         present[dst] = True
         used = np.flatnonzero(present)
-        position = np.cumsum(present) - 1
         del present
-        rank, rest = np.divmod(used, 3 * self.width)
+        # Made in the order the ops first name them, so that a pass over the ops reads
+        # the Locs roughly in memory order (as when each was made at its first use).
+        first_use = np.full(slots, n, dtype=np.int64)
+        op_ids = np.arange(n)
+        np.minimum.at(first_use, dst, op_ids)
+        np.minimum.at(first_use, src, op_ids)
+        by_use = np.argsort(first_use[used], kind="stable")
+        position = np.empty(slots, dtype=np.int64)
+        position[used[by_use]] = np.arange(len(used))
+        rank, rest = np.divmod(used[by_use], 3 * self.width)
         buffer, index = np.divmod(rest, self.width)
         # tuple.__new__ by a C-level map: Loc's own __new__ is a Python function.
         locs = list(map(tuple.__new__, repeat(Loc), zip(
