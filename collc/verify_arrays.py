@@ -25,11 +25,14 @@ verifier, which decides and words the error: error messages are the verifier's a
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+from operator import attrgetter, is_not
+
 import numpy as np
 
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
-from collc.regrouped import _Columns
+from collc.regrouped import columns_of, sort_order
 
 # Below this many ops the op-by-op verifier is as fast (numpy has a fixed cost per call).
 MIN_OPS = 4096
@@ -42,7 +45,7 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     ranks, n = coll.ranks, len(schedule.ops)
     if n == 0 or (topology is not None and topology.num_ranks != ranks):
         return False
-    cols = _Columns(schedule.ops, {})
+    cols = columns_of(schedule, keep=True)  # kept: a lowering pass's re-verification reads them again
     if (bool((cols.kind_route >= 2).any()) or bool((cols.count != 1).any())
             or not np.array_equal(cols.ids, np.arange(n))):
         return False  # routes, several slots per op, ids that are not positions
@@ -59,7 +62,7 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     src, dst, total = slots
     reduce = cols.kind_route == 1
     del cols, edges  # hundreds of MB at 1,024 ranks: keep only what the runs below read
-    if not _race_free(src, dst, step, op_of_edge * n + dep, n):
+    if not _race_free(src, dst, step, _DepTable(op_of_edge, dep, n), n):
         return False
     del op_of_edge, dep
     return _values_meet_postcondition(schedule, src, dst, reduce, step, total)
@@ -102,14 +105,27 @@ def _slot_numbers(schedule: Schedule, cols: _Columns, topology: Topology | None
     return out[0], out[1], int(sizes.sum())
 
 
-def _is_edge(queries: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Which codes `op * n + dep` in `queries` are dependencies (`edges` sorted)."""
-    if len(edges) == 0:
-        return np.zeros(len(queries), dtype=bool)
-    return edges[np.minimum(np.searchsorted(edges, queries), len(edges) - 1)] == queries
+class _DepTable:
+    """Each op's dependencies as one row of a matrix (padded with -1): whether (op, dep)
+    is a dependency is a comparison with a few entries, not a search of millions."""
+
+    def __init__(self, op_of_edge: np.ndarray, dep: np.ndarray, n: int):
+        counts = np.bincount(op_of_edge, minlength=n)
+        width = max(1, int(counts.max()) if len(counts) else 1)
+        self.rows = np.full((n, width), -1, dtype=np.int64)
+        # Edges come grouped by op (from the columns' order): each one's place in its row.
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        self.rows[op_of_edge, np.arange(len(dep)) - starts[op_of_edge]] = dep
+
+    def has(self, ops: np.ndarray, deps: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(ops), dtype=bool)
+        for lo in range(0, len(ops), _BLOCK):
+            o, d = ops[lo:lo + _BLOCK], deps[lo:lo + _BLOCK]
+            out[lo:lo + _BLOCK] = (self.rows[o] == d[:, None]).any(axis=1)
+        return out
 
 
-def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, edge_codes: np.ndarray, n: int) -> bool:
+def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, table: _DepTable, n: int) -> bool:
     """Every two accesses of a slot where one writes are ordered by a direct dependency
     (see the module docstring); False also for orders this path does not search."""
     op = np.arange(n)
@@ -117,26 +133,25 @@ def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, edge_codes: n
     when = np.concatenate((step, step))
     who = np.concatenate((op, op))
     writes = np.concatenate((np.zeros(n, dtype=bool), np.ones(n, dtype=bool)))
-    order = np.lexsort((writes, when, slot))
+    order = sort_order([slot, when, writes.astype(np.int64)])
     slot, when, who, writes = slot[order], when[order], who[order], writes[order]
     m = len(slot)
     same = slot[1:] == slot[:-1]
     if bool((same & (when[1:] == when[:-1]) & (writes[1:] | writes[:-1])).any()):
         return False  # a write and another access of one slot in one step
-    edges = np.sort(edge_codes)
     # The last write before each access (entries of one slot are contiguous, in step order).
     last = np.maximum.accumulate(np.where(writes, np.arange(m), -1))
     prev = np.concatenate(([-1], last[:-1]))
     has = prev >= 0
     has[has] = slot[prev[has]] == slot[has]
-    if not bool(_is_edge(who[has] * n + who[prev[has]], edges).all()):
+    if not bool(table.has(who[has], who[prev[has]]).all()):
         return False
     # Each read and the next write of its slot.
     nxt_all = np.minimum.accumulate(np.where(writes, np.arange(m), m)[::-1])[::-1]
     nxt = np.concatenate((nxt_all[1:], [m]))
     reads = ~writes & (nxt < m)
     reads[reads] = slot[nxt[reads]] == slot[reads]
-    return bool(_is_edge(who[nxt[reads]] * n + who[reads], edges).all())
+    return bool(table.has(who[nxt[reads]], who[reads]).all())
 
 
 def _values_meet_postcondition(schedule: Schedule, src: np.ndarray, dst: np.ndarray, reduce: np.ndarray,
@@ -167,49 +182,69 @@ def _values_meet_postcondition(schedule: Schedule, src: np.ndarray, dst: np.ndar
     return _outputs_equal(coll, schedule, index, bits)
 
 
-def _rank_bits(ranks: np.ndarray, words: int) -> np.ndarray:
-    """One row of `words` uint64 per rank with that rank's bit set."""
-    out = np.zeros((len(ranks), words), dtype=np.uint64)
-    out[np.arange(len(ranks)), ranks // 64] = np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64))
-    return out
+_RANK_OF, _INDEX_OF = attrgetter("rank"), attrgetter("index")
 
 
 def _one_index(value) -> tuple[int, np.ndarray] | None:
     """(index, ranks) of a value whose chunks share one index; None otherwise."""
-    indices = {c.index for c in value}
+    indices = set(map(_INDEX_OF, value))
     if len(indices) != 1:
         return None
-    return indices.pop(), np.fromiter((c.rank for c in value), dtype=np.int64, count=len(value))
+    return indices.pop(), np.fromiter(map(_RANK_OF, value), dtype=np.int64, count=len(value))
 
 
 class _Values:
     """Distinct values (by object: the collectives share equal values) as (index, bits
-    rows), and which of them each slot has."""
+    rows), and which of them each slot has. The one-chunk values (every input of the
+    standard collectives: n^2 of them for an AllReduce) are read by C-level maps and
+    kept as their rank (their bit rows are made a block at a time, by `rows`)."""
 
     def __init__(self, values: list, words: int):
         ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))
         _, first, self.which = np.unique(ids, return_index=True, return_inverse=True)
         self.which = self.which.reshape(-1)
         self.ok = True
+        self.words = words
         self.index = np.zeros(len(first), dtype=np.int64)
-        self.bits = np.zeros((len(first), words), dtype=np.uint64)
-        singles, single_rank = [], []
-        for k, at in enumerate(first.tolist()):
-            v = values[at]
-            if v is not None and len(v) == 1:
-                (c,) = v
-                singles.append(k)
-                self.index[k] = c.index
-                single_rank.append(c.rank)
-                continue
-            found = _one_index(v) if v else None
+        self.rank = np.full(len(first), -1, dtype=np.int64)  # a one-chunk value's rank
+        self.multi_row = np.full(len(first), -1, dtype=np.int64)  # else its row of `bits`
+        self.bits = np.zeros((0, words), dtype=np.uint64)
+        distinct = list(map(values.__getitem__, first.tolist()))
+        if None in distinct:
+            self.ok = False
+            return
+        sizes = np.fromiter(map(len, distinct), dtype=np.int64, count=len(distinct))
+        if bool((sizes == 0).any()):
+            self.ok = False
+            return
+        singles = np.flatnonzero(sizes == 1)
+        if len(singles):
+            chunks = list(map(next, map(iter, map(distinct.__getitem__, singles.tolist()))))
+            self.index[singles] = np.fromiter(map(_INDEX_OF, chunks), dtype=np.int64, count=len(chunks))
+            self.rank[singles] = np.fromiter(map(_RANK_OF, chunks), dtype=np.int64, count=len(chunks))
+        multi = np.flatnonzero(sizes > 1)
+        self.multi_row[multi] = np.arange(len(multi))
+        self.bits = np.zeros((len(multi), words), dtype=np.uint64)
+        for row, k in enumerate(multi.tolist()):
+            found = _one_index(distinct[k])
             if found is None:
                 self.ok = False
                 return
             self.index[k] = found[0]
-            self.bits[k] = np.bitwise_or.reduce(_rank_bits(found[1], words), axis=0)
-        if singles:
-            self.bits[np.array(singles, dtype=np.int64)] = _rank_bits(np.array(single_rank, dtype=np.int64), words)
+            ranks = found[1]
+            np.bitwise_or.at(self.bits[row], ranks // 64, np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64)))
+
+    def rows(self, which: np.ndarray) -> np.ndarray:
+        """The bit rows of the distinct values `which`."""
+        out = np.zeros((len(which), self.words), dtype=np.uint64)
+        multi = self.multi_row[which]
+        has = multi >= 0
+        out[has] = self.bits[multi[has]]
+        rank = self.rank[which]
+        one = np.flatnonzero(rank >= 0)
+        r = rank[one]
+        out[one, r // 64] = np.left_shift(np.uint64(1), (r % 64).astype(np.uint64))
+        return out
 
 
 _BLOCK = 1 << 17  # slots compared at once (bounds the temporaries at 1,024 ranks)
@@ -228,35 +263,33 @@ def _slots_of(buffers, base: np.ndarray) -> np.ndarray:
 
 
 def _set_inputs(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray) -> bool:
-    values = [v for buf in coll.inputs for v in buf]
+    values = list(chain.from_iterable(coll.inputs))
     if not values:
         return True
-    if any(not v for v in values):
-        return False
-    distinct = _Values(values, bits.shape[1])
+    distinct = _Values(values, bits.shape[1])  # not ok where a value is empty
     if not distinct.ok:
         return False
     at = _slots_of(coll.inputs, _layout(coll, schedule)[0])
     index[at] = distinct.index[distinct.which]
     for lo in range(0, len(at), _BLOCK):
-        bits[at[lo:lo + _BLOCK]] = distinct.bits[distinct.which[lo:lo + _BLOCK]]
+        bits[at[lo:lo + _BLOCK]] = distinct.rows(distinct.which[lo:lo + _BLOCK])
     return True
 
 
 def _outputs_equal(coll, schedule: Schedule, index: np.ndarray, bits: np.ndarray) -> bool:
     """Every output slot with a required value holds exactly that value."""
-    values = [v for buf in coll.outputs for v in buf]
+    values = list(chain.from_iterable(coll.outputs))
     if not values:
         return True
     distinct = _Values(values, bits.shape[1])
     if not distinct.ok:
         return False
     at = _slots_of(coll.outputs, _layout(coll, schedule)[1])
-    wanted = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    wanted = np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=len(values))
     at, which = at[wanted], distinct.which[wanted]
     if not np.array_equal(index[at], distinct.index[which]):
         return False
     for lo in range(0, len(at), _BLOCK):
-        if not np.array_equal(bits[at[lo:lo + _BLOCK]], distinct.bits[which[lo:lo + _BLOCK]]):
+        if not np.array_equal(bits[at[lo:lo + _BLOCK]], distinct.rows(which[lo:lo + _BLOCK])):
             return False
     return True

@@ -119,3 +119,23 @@ def test_the_pass_manager_catches_a_wrong_merge_and_accepts_the_right_one():
         PassManager(parse_pipeline("test-wrong-merge")).run(unit)
     out = PassManager(parse_pipeline("msccl-merge")).run(unit)
     assert is_verified(out.schedule, topo) and len(out.schedule.ops) < len(sched.ops)
+
+
+def test_columns_of_a_rewritten_schedule_copy_the_kept_ops_rows():
+    """`_Columns.derived` (rows of the ops a pass kept copied from the verified
+    schedule's columns, the others read) equals reading every op."""
+    import numpy as np
+
+    import collc.frontend as fe
+    from collc.backends.msccl_xml.merge import merge_ops
+    from collc.regrouped import _Columns
+
+    topo = fe.resolve_topology("ring(16)")
+    sched = fe.instantiate_algorithm("ring", topo, fe.resolve_collective("allreduce", 16))
+    merged = merge_ops(sched)
+    kept = sum(1 for op in merged.ops if 0 <= op.id < len(sched.ops) and sched.ops[op.id] is op)
+    assert 0 < kept < len(merged.ops)  # both kinds of rows
+    derived = _Columns.derived(merged.ops, sched.ops, _Columns(sched.ops, {}), {})
+    read = _Columns(merged.ops, {})
+    for name in ("ids", "step", "count", "kind_route", "src_rb", "src_idx", "dst_rb", "dst_idx", "ndeps", "deps"):
+        assert np.array_equal(getattr(derived, name), getattr(read, name)), name

@@ -97,3 +97,20 @@ def test_errors_are_the_op_by_op_verifiers():
     with pytest.raises(ScheduleError) as again:
         verify_op_by_op(wrong, topo)
     assert err.value.message == again.value.message and str(last.dst) in err.value.message
+
+
+@pytest.mark.parametrize("collective", ["allgather", "allreduce"])
+def test_values_of_more_than_64_ranks_take_several_words(collective):
+    """Rank sets of 70 ranks span two uint64 words: the one-chunk inputs' bits are set
+    a block at a time; a wrong chunk in one output must still be caught."""
+    topo, sched = _ring(collective, 70)
+    assert verify_on_arrays(sched, topo)
+    # The last op writing an output slot of rank 69 now copies the wrong chunk index.
+    i = max(k for k, op in enumerate(sched.ops) if op.dst.rank == 69 and op.dst.buffer is Buffer.OUTPUT
+            and op.kind is OpKind.COPY and op.src.buffer is Buffer.OUTPUT)
+    op = sched.ops[i]
+    other = op.src.shifted(1 if op.src.index + 1 < len(sched.collective.outputs[op.src.rank]) else -1)
+    wrong = replace(sched, ops=sched.ops[:i] + (replace(op, src=other),) + sched.ops[i + 1:])
+    assert not verify_on_arrays(wrong, topo)
+    with pytest.raises(ScheduleError):
+        verify(wrong, topo)

@@ -74,12 +74,14 @@ their out-capacity form also if a switch copies (one send, several receptions). 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import networkx as nx
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from collc.analysis.demand import (
     Requirement, disjoint_requirements, greedy_disjoint, pairwise_disjoint, requirements,
@@ -139,6 +141,15 @@ def lower_bounds(topology: Topology, collective: Collective, size_bytes: int) ->
 
 @lru_cache(maxsize=4)
 def _lower_bounds(topology: Topology, collective: Collective, size_bytes: int) -> LowerBounds:
+    # One BLAS thread: the matrices here are at most a few thousand wide, where threads
+    # cost more than they give (an eigh of 1,024 x 1,024 took ten times the CPU with
+    # OpenBLAS's threads on a busy 2-core machine), and one thread gives the same
+    # floats on every machine, whatever its core count.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _compute_bounds(topology, collective, size_bytes)
+
+
+def _compute_bounds(topology: Topology, collective: Collective, size_bytes: int) -> LowerBounds:
     reqs = requirements(collective)
     needed = tuple(r for r in reqs if r.needers)
     slot = collective.slot_bytes(size_bytes)
@@ -221,6 +232,17 @@ def _egress_bound(topology: Topology, needed: tuple[Requirement, ...], slot: flo
     """
     ranks = topology.num_ranks
     disjoint = pairwise_disjoint(r.value for r in needed)
+    if disjoint:
+        # Only how many: each requirement counts once for every exclusive owner u with
+        # a needer other than u (counted by C-level Counter updates, not a step per pair).
+        tally: Counter[int] = Counter()
+        for r in needed:
+            if len(r.needers) > 1:
+                tally.update(r.exclusive_owners())
+            elif r.needers:
+                tally.update(r.exclusive_owners() - r.needers)
+        return _per_rank_bound([tally[u] for u in range(ranks)],
+                               [_out_capacity(topology, u) for u in range(ranks)], slot)
     # Requirements by exclusive owner u, in order, where a rank other than u needs them.
     by_owner: list[list[Requirement]] = [[] for _ in range(ranks)]
     for r in needed:

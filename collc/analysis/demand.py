@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain, compress, repeat
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import ChunkId, Collective, Value, value_str
@@ -42,7 +43,11 @@ class Requirement:
 
     def exclusive_owners(self) -> frozenset[int]:
         """Ranks that are the only usable holder of at least one chunk of the value."""
-        return frozenset(next(iter(hs)) for hs in self.holders if len(hs) == 1)
+        # Over the distinct holder sets (equal sets are mostly one object: n per
+        # requirement of an AllReduce on n ranks, a few at most of them distinct).
+        distinct = dict(zip(map(id, self.holders), self.holders)).values()
+        alone = compress(distinct, map((1).__eq__, map(len, distinct)))
+        return frozenset(map(next, map(iter, alone)))
 
     def exclusive_chunks(self, rank: int) -> frozenset[ChunkId]:
         return frozenset(c for c, hs in zip(self.chunks, self.holders) if hs == frozenset((rank,)))
@@ -54,16 +59,71 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
     Raises CollcError when a required chunk is held usably by no rank: no schedule can
     meet such a postcondition.
     """
-    wanted: dict[Value, set[int]] = {}
+    wanted = _wanted(collective)
+    # A chunk whose containing inputs are all the chunk alone is held usably, for any
+    # value with it, by exactly those ranks (the common case: no pre-reduced inputs);
+    # its holder set is found once, and equal sets are one object.
+    shared: dict[frozenset[int], frozenset[int]] = {}
+    plain = _identity_holders(collective, shared)
+    containing = _containing(collective) if plain is None else None
+    if plain is None:
+        plain = _plain_holders(containing, shared)
+    # Sorted chunk tuples once per value: they order the values and become `chunks`.
+    ordered = {v: tuple(sorted(v)) for v in wanted}
+    out = []
+    for value in sorted(wanted, key=lambda v: (len(v), ordered[v])):
+        chunks = ordered[value]
+        holders = list(map(plain.get, chunks))
+        if None in holders:
+            if containing is None:
+                containing = _containing(collective)
+            holders = [_usable_holders(c, value, containing, shared, collective, wanted) for c in chunks]
+        # A rank needs the value when some chunk's holders lack it: when it is not in
+        # every holder set (the distinct sets are few: one per rank at most).
+        distinct = dict(zip(map(id, holders), holders)).values()
+        everywhere = frozenset.intersection(*distinct)  # a wanted value has a chunk
+        needers = frozenset(wanted[value]) - everywhere
+        out.append(Requirement(value, chunks, tuple(holders), needers))
+    return tuple(out)
+
+
+def _wanted(collective: Collective) -> dict[Value, set[int] | frozenset[int]]:
+    """Every required output value and the ranks whose outputs require it. Ranks whose
+    output buffers are one object (every rank of an AllGather or AllReduce) are read
+    once, together: n buffers of n values would be n^2 steps."""
+    same_buffer: dict[int, tuple[tuple, list[int]]] = {}
     for rank, buf in enumerate(collective.outputs):
-        for value in buf:
+        hit = same_buffer.get(id(buf))
+        if hit is None:
+            same_buffer[id(buf)] = (buf, [rank])
+        else:
+            hit[1].append(rank)
+    wanted: dict[Value, set[int] | frozenset[int]] = {}
+    for buf, ranks in same_buffer.values():
+        group = frozenset(ranks)
+        for value in dict.fromkeys(buf):  # distinct values (equal ones are usually one object)
             if value:
-                ranks = wanted.get(value)  # equal values are usually one shared object
-                if ranks is None:
-                    wanted[value] = ranks = set()
-                ranks.add(rank)
-    # chunk -> (rank, input value) pairs that contain it; built once so that each
-    # requirement only looks at the inputs that can matter to it.
+                have = wanted.get(value)
+                wanted[value] = group if have is None else have | group
+    return wanted
+
+
+def _identity_holders(collective: Collective, shared: dict[frozenset[int], frozenset[int]]
+                      ) -> dict[ChunkId, frozenset[int]] | None:
+    """chunk -> {its rank} when every input value is one chunk and no chunk is in two
+    inputs (the standard collectives), read by C-level maps; None otherwise."""
+    values = list(chain.from_iterable(collective.inputs))
+    if None in values or set(map(len, values)) != {1}:
+        return None
+    chunks = list(map(next, map(iter, values)))
+    plain = dict(zip(chunks, chain.from_iterable(
+        repeat(shared.setdefault(frozenset((r,)), frozenset((r,))), len(buf)) for r, buf in enumerate(collective.inputs))))
+    return plain if len(plain) == len(chunks) else None
+
+
+def _containing(collective: Collective) -> dict[ChunkId, list[tuple[int, Value]]]:
+    """chunk -> (rank, input value) pairs that contain it; built once so that each
+    requirement only looks at the inputs that can matter to it."""
     containing: dict[ChunkId, list[tuple[int, Value]]] = {}
     for rank, buf in enumerate(collective.inputs):
         for value in buf:
@@ -73,10 +133,11 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
                     containing[c] = [(rank, value)]
                 else:
                     pairs.append((rank, value))
-    # A chunk whose containing inputs are all the chunk alone is held usably, for any
-    # value with it, by exactly those ranks (the common case: no pre-reduced inputs);
-    # its holder set is found once, and equal sets are one object.
-    shared: dict[frozenset[int], frozenset[int]] = {}
+    return containing
+
+
+def _plain_holders(containing: dict[ChunkId, list[tuple[int, Value]]],
+                   shared: dict[frozenset[int], frozenset[int]]) -> dict[ChunkId, frozenset[int]]:
     plain: dict[ChunkId, frozenset[int]] = {}
     alone: dict[int, frozenset[int]] = {}  # rank -> {rank}: the one-holder sets, made once per rank
     for c, pairs in containing.items():
@@ -91,21 +152,7 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
         elif all(len(v) == 1 for _, v in pairs):
             hs = frozenset(r for r, _ in pairs)
             plain[c] = shared.setdefault(hs, hs)
-    # Sorted chunk tuples once per value: they order the values and become `chunks`.
-    ordered = {v: tuple(sorted(v)) for v in wanted}
-    out = []
-    for value in sorted(wanted, key=lambda v: (len(v), ordered[v])):
-        chunks = ordered[value]
-        holders = list(map(plain.get, chunks))
-        if None in holders:
-            holders = [_usable_holders(c, value, containing, shared, collective, wanted) for c in chunks]
-        # A rank needs the value when some chunk's holders lack it: when it is not in
-        # every holder set (the distinct sets are few: one per rank at most).
-        distinct = dict(zip(map(id, holders), holders)).values()
-        everywhere = frozenset.intersection(*distinct)  # a wanted value has a chunk
-        needers = frozenset(r for r in wanted[value] if r not in everywhere)
-        out.append(Requirement(value, chunks, tuple(holders), needers))
-    return tuple(out)
+    return plain
 
 
 def _usable_holders(c: ChunkId, value: Value, containing: dict[ChunkId, list[tuple[int, Value]]],

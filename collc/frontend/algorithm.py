@@ -22,6 +22,7 @@ from collc.frontend.runner import BodyRunner, bind_args, called_from, instance_n
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
+from collc.regrouped import remember_columns
 from collc.verify import verify
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class _Program:
     ops: list[Op] = field(default_factory=list)
     last_writer: dict[Slot, int] = field(default_factory=dict)
     readers: dict[Slot, list[int]] = field(default_factory=dict)
+    columns: Any = None  # the ops as columns (collc.regrouped.BuiltColumns), when a builder has them
 
     def buffer_size(self, rank: int, buffer: Buffer) -> int | None:
         if buffer is Buffer.INPUT:
@@ -136,6 +138,8 @@ def instantiate(entry: "Entry", topology: Topology, collective: Collective,
     if tree is not None:
         meta["tree_parent"] = list(tree[1])
     schedule = Schedule(instance_name(defn, bound), collective, topology.name, tuple(program.ops), scratch, meta)
+    if program.columns is not None:
+        remember_columns(schedule, program.columns)  # the verifier reads them instead of the ops
     _verify(schedule, topology, defn)
     return schedule
 

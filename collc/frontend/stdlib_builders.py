@@ -12,11 +12,15 @@ and compares, so the two cannot drift apart. A user's algorithm is always interp
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
 from typing import Any
+
+import numpy as np
 
 from collc.frontend import ast
 from collc.ir.collective import Collective
-from collc.ir.schedule import Buffer, Loc, Op, OpKind
+from collc.ir.schedule import Buffer, Loc, Op, OpKind, make_ops
+from collc.regrouped import BuiltColumns
 
 I, O, S = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 COPY, REDUCE = OpKind.COPY, OpKind.REDUCE
@@ -110,6 +114,149 @@ class _Emitter:
             got.append(op_id)
 
 
+class _Batches:
+    """`_Emitter`'s rule applied to a batch of ops at once, with numpy: for the rings'
+    inner loops (every (position, chunk) of one step of the ring is one batch), where
+    a Python call per op costs seconds at 1,024 ranks.
+
+    A batch is ops that do not conflict with each other: distinct destinations, and no
+    source that is also a destination of the batch. Such ops give the same dependencies
+    and steps whether run one by one or together. Batches may be added out of id order
+    (a builder adds a loop's statements one batch each), as long as two ops of
+    different batches that touch one slot are added in id order; the builders below
+    only interleave statements that touch different slots. `finish` makes the `Op`s,
+    in id order, and returns their columns for the verifier."""
+
+    def __init__(self, program: Any, coll: Collective, total: int, scratch: int = 0):
+        self.program = program
+        assert not program.ops, "a batch emitter starts an empty program"
+        self.width = max(coll.chunks * coll.ranks, scratch, *(len(b) for b in coll.inputs),
+                         *(len(b) for b in coll.outputs)) + 1
+        slots = 3 * coll.ranks * self.width
+        self.total = total
+        self.last_writer = np.full(slots, -1, dtype=np.int64)
+        self.readers = np.full((slots, 2), -1, dtype=np.int64)  # since the last write; grows
+        self.nreaders = np.zeros(slots, dtype=np.int64)
+        self.step = np.zeros(total, dtype=np.int64)
+        # Scratch marks for the batch check: the batch that last named a slot as a
+        # destination, and that destination's position in it.
+        self.batch_of = np.full(slots, -1, dtype=np.int64)
+        self.place = np.zeros(slots, dtype=np.int64)
+        self.parts: list[tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, Any]] = []
+
+    def bases(self, ranks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Slot number of index 0 of every rank's input, output and scratch buffer."""
+        r = np.arange(ranks, dtype=np.int64)
+        return tuple((r * 3 + b) * self.width for b in (_I, _O, _S))  # type: ignore[return-value]
+
+    def add(self, ids: np.ndarray, kind: OpKind, src: np.ndarray, dst: np.ndarray, origin: Any) -> None:
+        m = len(ids)
+        if m == 0:
+            return
+        token = len(self.parts)
+        self.batch_of[dst] = token
+        self.place[dst] = np.arange(m)
+        if bool((self.place[dst] != np.arange(m)).any()) or bool((self.batch_of[src] == token).any()):
+            raise AssertionError("ops of one batch conflict: a slot written twice, or read and written")
+        width = 2 + self.readers.shape[1]
+        deps = np.empty((m, width), dtype=np.int64)
+        deps[:, 0] = self.last_writer[src]
+        deps[:, 1] = self.last_writer[dst]
+        deps[:, 2:] = self.readers[dst]
+        deps.sort(axis=1)
+        deps[:, 1:][deps[:, 1:] == deps[:, :-1]] = -1  # an op named twice counts once
+        deps.sort(axis=1)  # -1 (none) first, then the dependencies in increasing order
+        listed = deps >= 0
+        steps = np.where(listed, self.step[deps], -1).max(axis=1) + 1
+        self.step[ids] = steps
+        self.last_writer[dst] = ids
+        self.readers[dst] = -1
+        self.nreaders[dst] = 0
+        # The batch's ops join their sources' readers (several may read one source).
+        by_src = np.argsort(src, kind="stable")
+        s_sorted = src[by_src]
+        first = np.concatenate(([0], np.flatnonzero(s_sorted[1:] != s_sorted[:-1]) + 1))
+        rank_in_group = np.arange(m) - np.repeat(first, np.diff(np.append(first, m)))
+        at = self.nreaders[s_sorted] + rank_in_group
+        if int(at.max()) >= self.readers.shape[1]:
+            grown = np.full((len(self.readers), int(at.max()) + 1), -1, dtype=np.int64)
+            grown[:, :self.readers.shape[1]] = self.readers
+            self.readers = grown
+        self.readers[s_sorted, at] = ids[by_src]
+        np.add.at(self.nreaders, s_sorted, 1)
+        self.parts.append((ids, 1 if kind is REDUCE else 0, src, dst, deps, origin))
+
+    def finish(self) -> "BuiltColumns":
+        """Append the ops to the program, in id order; return their columns."""
+        n = self.total
+        ids = np.concatenate([p[0] for p in self.parts])
+        if not np.array_equal(np.sort(ids), np.arange(n)):
+            raise AssertionError("the batches do not cover the op ids once each")
+        kind = np.zeros(n, dtype=np.int64)
+        src = np.zeros(n, dtype=np.int64)
+        dst = np.zeros(n, dtype=np.int64)
+        origin_of = np.zeros(n, dtype=np.int64)
+        origins: list[Any] = []
+        width = max(p[4].shape[1] for p in self.parts)
+        deps = np.full((n, width), -1, dtype=np.int64)
+        for part_ids, k, s, d, dp, origin in self.parts:
+            kind[part_ids], src[part_ids], dst[part_ids] = k, s, d
+            deps[part_ids, width - dp.shape[1]:] = dp
+            origin_of[part_ids] = len(origins)
+            origins.append(origin)
+        self.parts = []
+        slots = len(self.last_writer)
+        # The slot tables are done with: freed before the millions of objects are made.
+        del self.last_writer, self.readers, self.nreaders, self.batch_of, self.place
+        listed = deps >= 0
+        ndeps = listed.sum(axis=1)
+        # Python objects, made by C-level maps: one int object per op id (shared by the
+        # dependency tuples that name it) and per step number, one Loc per slot.
+        id_objects = list(range(n))
+        dep_tuples: list[tuple[int, ...] | None] = [None] * n
+        name = id_objects.__getitem__
+        for k in range(width + 1):
+            rows = np.flatnonzero(ndeps == k)
+            if not len(rows):
+                continue
+            if k == 0:
+                tuples: Any = repeat((), len(rows))
+            else:
+                tuples = zip(*(map(name, deps[rows, width - k + j].tolist()) for j in range(k)))
+            list(map(dep_tuples.__setitem__, rows.tolist(), tuples))
+        step_objects = list(range(int(self.step.max()) + 1))
+        # The slots used, in slot order, and each one's position among them (a mark per
+        # slot: np.unique of millions of slot numbers costs seconds).
+        present = np.zeros(slots, dtype=bool)
+        present[src] = True
+        present[dst] = True
+        used = np.flatnonzero(present)
+        del present
+        # Made in the order the ops first name them, so that a pass over the ops reads
+        # the Locs roughly in memory order (as when each was made at its first use).
+        first_use = np.full(slots, n, dtype=np.int64)
+        op_ids = np.arange(n)
+        np.minimum.at(first_use, dst, op_ids)
+        np.minimum.at(first_use, src, op_ids)
+        by_use = np.argsort(first_use[used], kind="stable")
+        position = np.empty(slots, dtype=np.int64)
+        position[used[by_use]] = np.arange(len(used))
+        rank, rest = np.divmod(used[by_use], 3 * self.width)
+        buffer, index = np.divmod(rest, self.width)
+        # tuple.__new__ by a C-level map: Loc's own __new__ is a Python function.
+        locs = list(map(tuple.__new__, repeat(Loc), zip(
+            rank.tolist(), map(_BUFFER_ORDER.__getitem__, buffer.tolist()), index.tolist())))
+        loc_at = locs.__getitem__
+        self.program.ops.extend(make_ops(
+            n, id_objects, map((COPY, REDUCE).__getitem__, kind.tolist()),
+            map(loc_at, position[src].tolist()), map(loc_at, position[dst].tolist()),
+            repeat(1), dep_tuples, map(step_objects.__getitem__, self.step.tolist()), repeat(()),
+            map(origins.__getitem__, origin_of.tolist())))
+        return BuiltColumns(ids=np.arange(n), step=self.step, kind=kind, src_rb=src // self.width,
+                            src_idx=src % self.width, dst_rb=dst // self.width, dst_idx=dst % self.width,
+                            ndeps=ndeps, deps=deps[listed])
+
+
 _BUFFER_ORDER = (I, O, S)
 _I, _O, _S = 0, 1, 2
 _make_op = Op.make
@@ -118,20 +265,22 @@ _make_op = Op.make
 def _ring_allgather(program: Any, coll: Collective, ring: Sequence[int], stmts: list[ast.Stmt]) -> None:
     own, first, forward = (s.span for s in stmts)
     n, c = coll.ranks, coll.chunks
-    out = _Emitter(program, coll)
-    add, (inp, outp, _) = out.add, out.bases(n)
-    for r in range(n):
-        for i in range(c):
-            add(COPY, inp[r] + i, outp[r] + r * c + i, own)
+    out = _Batches(program, coll, n * c + (n - 1) * n * c)
+    inp, outp, _ = out.bases(n)
+    ranks = np.arange(n, dtype=np.int64)
+    chunk = np.tile(np.arange(c, dtype=np.int64), n)  # i of each (r or p, i), in loop order
+    per = np.repeat(ranks, c)
+    out.add(np.arange(n * c), COPY, inp[per] + chunk, outp[per] + per * c + chunk, own)
+    order = np.asarray(ring, dtype=np.int64)
     for s in range(n - 1):
-        for p in range(n):
-            src, dst, owner = ring[p], ring[(p + 1) % n], ring[(p - s) % n]
-            for i in range(c):
-                j = owner * c + i
-                if s == 0:
-                    add(COPY, inp[src] + i, outp[dst] + j, first)
-                else:
-                    add(COPY, outp[src] + j, outp[dst] + j, forward)
+        src, dst, owner = order[per], order[(per + 1) % n], order[(per - s) % n]
+        j = owner * c + chunk
+        ids = n * c + s * n * c + np.arange(n * c)
+        if s == 0:
+            out.add(ids, COPY, inp[src] + chunk, outp[dst] + j, first)
+        else:
+            out.add(ids, COPY, outp[src] + j, outp[dst] + j, forward)
+    program.columns = out.finish()
 
 
 def _ring_reducescatter(program: Any, coll: Collective, ring: Sequence[int], stmts: list[ast.Stmt]) -> None:
@@ -168,24 +317,32 @@ def _ring_allreduce(program: Any, coll: Collective, ring: Sequence[int], stmts: 
     if n == 1:
         program.add(COPY, Loc(0, I, 0), Loc(0, O, 0), c, single)
         return  # no other op: the ring loops below are empty
-    out = _Emitter(program, coll)
-    add, (inp, outp, _) = out.add, out.bases(n)
+    per_step = n * c  # (p, i) pairs of one step, in loop order
+    out = _Batches(program, coll, 3 * (n - 1) * per_step)
+    inp, outp, _ = out.bases(n)
+    order = np.asarray(ring, dtype=np.int64)
+    p = np.repeat(np.arange(n, dtype=np.int64), c)
+    i = np.tile(np.arange(c, dtype=np.int64), n)
+    k = np.arange(per_step, dtype=np.int64)
+    # Reduce-scatter: each (s, p, i) copies the receiver's own chunk into its output,
+    # then reduces the sender's partial sum into it (ids 2k and 2k + 1 of the step). The
+    # copies of a step touch other slots than its reductions of other (p, i), so the
+    # step's copies go in as one batch and its reductions as another.
     for s in range(n - 1):
-        for p in range(n):
-            src, dst, b = ring[p], ring[(p + 1) % n], ring[(p - 1 - s) % n]
-            for i in range(c):
-                j = b * c + i
-                add(COPY, inp[dst] + j, outp[dst] + j, own)
-                if s == 0:
-                    add(REDUCE, inp[src] + j, outp[dst] + j, first)
-                else:
-                    add(REDUCE, outp[src] + j, outp[dst] + j, reduce_next)
+        src, dst = order[p], order[(p + 1) % n]
+        j = order[(p - 1 - s) % n] * c + i
+        base = 2 * s * per_step
+        out.add(base + 2 * k, COPY, inp[dst] + j, outp[dst] + j, own)
+        if s == 0:
+            out.add(base + 2 * k + 1, REDUCE, inp[src] + j, outp[dst] + j, first)
+        else:
+            out.add(base + 2 * k + 1, REDUCE, outp[src] + j, outp[dst] + j, reduce_next)
+    # All-gather of the reduced chunks around the ring.
     for s in range(n - 1):
-        for p in range(n):
-            src, dst, b = ring[p], ring[(p + 1) % n], ring[(p - s) % n]
-            for i in range(c):
-                j = b * c + i
-                add(COPY, outp[src] + j, outp[dst] + j, forward)
+        src, dst = order[p], order[(p + 1) % n]
+        j = order[(p - s) % n] * c + i
+        out.add(2 * (n - 1) * per_step + s * per_step + k, COPY, outp[src] + j, outp[dst] + j, forward)
+    program.columns = out.finish()
 
 
 Builder = Callable[[Any, Collective, Sequence[int], list[ast.Stmt]], None]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import repeat
+from operator import itemgetter
 from enum import Enum
 from typing import Any, Iterable, NamedTuple
 
@@ -138,12 +140,22 @@ class Collective:
 # Equal values are one shared object: an AllReduce on 1,024 ranks then holds 1,024
 # sets (one per slot index), not a million.
 
-def _identity_inputs(ranks: int, n: int) -> tuple[tuple[Value, ...], ...]:
-    return tuple(tuple(frozenset({ChunkId(r, i)}) for i in range(n)) for r in range(ranks))
+# C-level maps make the chunk ids and sets (a million of each at 1,024 ranks); a
+# ChunkId is made as its NamedTuple __new__ makes it, tuple.__new__(ChunkId, (rank, index)).
+_new_tuple = tuple.__new__
+
+
+def _chunk_ids(ranks: int, n: int) -> list[list[ChunkId]]:
+    """ChunkId(r, i) for every rank r and index i < n, a list per rank."""
+    return [list(map(_new_tuple, repeat(ChunkId), zip(repeat(r, n), range(n)))) for r in range(ranks)]
+
+
+def _identity_inputs(ranks: int, n: int, ids: list[list[ChunkId]] | None = None) -> tuple[tuple[Value, ...], ...]:
+    return tuple(tuple(map(frozenset, zip(row))) for row in (ids or _chunk_ids(ranks, n)))
 
 
 def _sum_over_ranks(ranks: int, index: int) -> Value:
-    return frozenset(ChunkId(s, index) for s in range(ranks))
+    return frozenset(map(_new_tuple, repeat(ChunkId), zip(range(ranks), repeat(index))))
 
 
 def allgather(ranks: int, chunks: int = 1) -> Collective:
@@ -160,8 +172,9 @@ def reducescatter(ranks: int, chunks: int = 1) -> Collective:
 
 def allreduce(ranks: int, chunks: int = 1) -> Collective:
     n = ranks * chunks
-    row = tuple(_sum_over_ranks(ranks, j) for j in range(n))
-    return Collective("allreduce", CollectiveKind.ALLREDUCE, ranks, chunks, _identity_inputs(ranks, n),
+    ids = _chunk_ids(ranks, n)  # shared by the inputs and the sums (equal either way)
+    row = tuple(frozenset(map(itemgetter(j), ids)) for j in range(n))  # ranks in order, as _sum_over_ranks
+    return Collective("allreduce", CollectiveKind.ALLREDUCE, ranks, chunks, _identity_inputs(ranks, n, ids),
                       (row,) * ranks)
 
 

@@ -10,7 +10,10 @@ simulator and the backends order by when several ops are ready.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from operator import attrgetter, ne as _ne
 from enum import Enum
 from typing import Any, NamedTuple
@@ -111,10 +114,22 @@ class Op:
         )
 
 
+def make_ops(n: int, *fields: Iterable[Any]) -> list[Op]:
+    """`n` ops from one iterable per field (in `Op`'s field order), each field set for
+    all ops by one C-level map: no Python call per op (a ring AllReduce on 1,024 ranks
+    makes 3.1 million). Equal to `[Op.make(*row) for row in zip(*fields)]`."""
+    ops = list(map(_new_object, repeat(Op, n)))
+    drain = deque(maxlen=0).extend
+    for setter, values in zip(_SETTERS, fields, strict=True):
+        drain(map(setter, ops, values))
+    return ops
+
+
 _STEP_OF, _SRC_RANK_OF, _DST_RANK_OF = attrgetter("step"), attrgetter("src.rank"), attrgetter("dst.rank")
 _new_object = object.__new__
 (_SET_ID, _SET_KIND, _SET_SRC, _SET_DST, _SET_COUNT, _SET_DEPS, _SET_STEP, _SET_ROUTE, _SET_ORIGIN) = (
     Op.__dict__[name].__set__ for name in Op.__slots__)
+_SETTERS = (_SET_ID, _SET_KIND, _SET_SRC, _SET_DST, _SET_COUNT, _SET_DEPS, _SET_STEP, _SET_ROUTE, _SET_ORIGIN)
 assert Op.__slots__ == ("id", "kind", "src", "dst", "count", "deps", "step", "route", "origin")
 
 

@@ -102,3 +102,29 @@ def test_tree_on_a_ring_is_shallow():
         return 0 if parent[r] == -1 else 1 + depth(parent[r])
 
     assert max(depth(r) for r in range(8)) == 4  # both directions around the ring
+
+
+@pytest.mark.parametrize("spec", ["dgx1", "ndv2(chassis=2)", "dgx2(chassis=2)", "dgx_h100(nodes=2)",
+                                  "torus2d(x=4, y=4)", "hypercube(d=4)", "mi250(chassis=2)", "ring(9)"])
+def test_the_greedy_first_path_is_what_the_search_returns(spec, monkeypatch):
+    """`_greedy_cycle` (no backtracking) is only a shortcut: with it switched off, the
+    full search finds the same ring on every stdlib topology."""
+    from collc.frontend import rings
+
+    topo = resolve_topology(spec)
+    rings.find_ring.cache_clear()
+    fast = rings.find_ring(topo)
+    monkeypatch.setattr(rings, "_greedy_cycle", lambda out_adj: None)
+    rings.find_ring.cache_clear()
+    assert rings.find_ring(topo) == fast
+    rings.find_ring.cache_clear()
+
+
+def test_the_greedy_path_gives_up_where_it_cannot_close():
+    from collc.frontend.rings import _greedy_cycle
+
+    # 0 -> 1 -> 2 -> 3 with no way back to 0: the search must backtrack (or fail).
+    assert _greedy_cycle({0: [1], 1: [2], 2: [3], 3: [2]}) is None
+    # 0 -> 2 first reaches a dead end (2 -> 0 only); the cycle is 0, 1, 2.
+    assert _greedy_cycle({0: [2, 1], 1: [2], 2: [0]}) is None
+    assert _greedy_cycle({0: [1, 2], 1: [2], 2: [0]}) == [0, 1, 2]
