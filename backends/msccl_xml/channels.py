@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places
+from collc.backends.msccl_xml import slots
+from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places, make_step
 from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
@@ -88,38 +89,142 @@ def channel_counts(halves: tuple[Half, ...], instances: int, channels: int, max_
     return list(range(max(1, min(limit, -(-busiest // max(1, max_steps)))), limit + 1))
 
 
+@dataclass(frozen=True)
+class HalfArrays:
+    """The fields of the halves the planning reads, one integer array each (kinds as
+    `slots.SEND` ... codes)."""
+
+    kind: np.ndarray
+    rank: np.ndarray
+    peer: np.ndarray
+    position: np.ndarray
+    piece: np.ndarray
+    instance: np.ndarray
+
+
+_KIND_CODE = {HalfKind.SEND: slots.SEND, HalfKind.RECV: slots.RECV, HalfKind.RECV_REDUCE: slots.RECV_REDUCE,
+              HalfKind.COPY: slots.COPY, HalfKind.REDUCE: slots.REDUCE}
+
+
+def half_arrays(halves: Sequence[Half]) -> HalfArrays:
+    """HalfArrays of Half objects (split_schedule gives them directly)."""
+    rows = [(_KIND_CODE[h.kind], h.rank, h.peer, h.key.position, h.key.piece, h.instance) for h in halves]
+    table = np.array(rows, dtype=np.int64).reshape(len(rows), 6)
+    return HalfArrays(*(table[:, k].copy() for k in range(6)))
+
+
 class PlanCache:
     """What does not depend on the channel count, found once for all the counts tried:
     the chains, and the matchings of `_pair` (see `_matching`)."""
 
     def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]],
-                 places: tuple[int, ...] | None = None):
+                 places: Sequence[int] | None = None, arrays: HalfArrays | None = None):
         self.places = key_places(halves) if places is None else places
+        cols = half_arrays(halves) if arrays is None else arrays
+        kinds = cols.kind.tolist()
         # The one-half step of each half, as `_finish` puts it in a threadblock (every
         # channel count tried gives each half this same step).
-        self.single_steps = [LStep(_STEP_TYPE[h.kind], (h.id,)) for h in halves]
-        self.chains = _chains(halves, candidates, self.places)
+        step_of = [_STEP_TYPE[k] for k in (HalfKind.SEND, HalfKind.RECV, HalfKind.RECV_REDUCE, HalfKind.COPY,
+                                           HalfKind.REDUCE)]
+        self.single_steps = [make_step(step_of[k], (h,)) for h, k in enumerate(kinds)]
         self.matchings: dict[tuple, list[tuple[int, int]]] = {}
         # Every half of a transfer, in order: id, (position, piece) of its transfer,
         # instance, rank, peer, whether it sends.
-        self.moving = [h.id for h in halves if h.peer >= 0]
-        self.transfer = [(halves[h].key.position, halves[h].key.piece) for h in self.moving]
-        self.instance = [halves[h].instance for h in self.moving]
-        self.rank = [halves[h].rank for h in self.moving]
-        self.peer = [halves[h].peer for h in self.moving]
-        self.sends = [halves[h].kind is HalfKind.SEND for h in self.moving]
+        moving = np.flatnonzero(cols.peer >= 0)
+        self.moving = moving.tolist()
+        self.transfer = list(zip(cols.position[moving].tolist(), cols.piece[moving].tolist()))
+        self.instance = cols.instance[moving].tolist()
+        self.rank = cols.rank[moving].tolist()
+        self.peer = cols.peer[moving].tolist()
+        self.sends = (cols.kind[moving] == slots.SEND).tolist()
         # (rank, receive peer, send peer) of each fusion candidate.
-        self.candidate_peers = [(halves[a].rank, halves[a].peer, halves[b].peer) for a, b in candidates]
-        # Connections: (sender, receiver) of each transfer of instance 0, numbered.
-        self.conn_of: dict[tuple[int, int], tuple[int, int]] = {}
-        for h in halves:
-            if h.kind is HalfKind.SEND and h.instance == 0:
-                self.conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
-        self.conn_number = {conn: i for i, conn in enumerate(dict.fromkeys(self.conn_of.values()))}
-        self.ranks = 1 + max((max(conn) for conn in self.conn_number), default=0)
-        conn_of, number = self.conn_of, self.conn_number
-        self.chain_uses = [_Uses([(conn, number[conn], n) for conn, n in Counter(map(conn_of.__getitem__, chain)).items()])
-                           for chain in self.chains]
+        cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
+        ca, cb = cand[:, 0], cand[:, 1]
+        self.candidate_peers = list(zip(cols.rank[ca].tolist(), cols.peer[ca].tolist(), cols.peer[cb].tolist()))
+        # Transfers: the sends of instance 0, in half order, (position, piece) each; and
+        # connections, (sender, receiver), numbered in order of first use.
+        sends0 = np.flatnonzero((cols.kind == slots.SEND) & (cols.instance == 0))
+        senders, receivers = cols.rank[sends0], cols.peer[sends0]
+        transfers = list(zip(cols.position[sends0].tolist(), cols.piece[sends0].tolist()))
+        self.conn_of: dict[tuple[int, int], tuple[int, int]] = dict(zip(
+            transfers, zip(senders.tolist(), receivers.tolist())))
+        width = 1 + int(max(senders.max(initial=0), receivers.max(initial=0)))
+        _, first, conn = np.unique(senders * width + receivers, return_index=True, return_inverse=True)
+        renumber = np.empty(len(first), dtype=np.int64)
+        renumber[np.argsort(first, kind="stable")] = np.arange(len(first))
+        conn = renumber[conn.reshape(-1)]  # connection number of each transfer
+        order = np.argsort(first, kind="stable")
+        self.conn_number = dict(zip(zip(senders[first[order]].tolist(), receivers[first[order]].tolist()),
+                                    range(len(first))))
+        self.ranks = 1 + max((max(c) for c in self.conn_number), default=0)
+        chains, chain_of = _chains(cols, sends0, ca, cb, np.asarray(self.places, dtype=np.int64))
+        self.chains = [[transfers[t] for t in c] for c in chains]
+        self.chain_uses = _chain_uses(chains, chain_of, conn, senders.tolist(), receivers.tolist())
+
+
+def _chains(cols: HalfArrays, sends0: np.ndarray, ca: np.ndarray, cb: np.ndarray, places: np.ndarray
+            ) -> tuple[list[list[int]], np.ndarray]:
+    """Transfers of instance 0 (numbered as `sends0` lists their sends) grouped into
+    chains in time order, and the chain of each transfer in the flattened order.
+
+    The chains are the connected components of the candidate links, found by hooking
+    roots and halving paths over arrays (a few rounds: each halves the longest path)."""
+    count = len(sends0)
+    if count == 0:
+        return [], np.zeros(0, dtype=np.int64)
+    # Transfer number of a (position, piece) of instance 0.
+    width = 1 + int(cols.piece.max(initial=0))
+    keys = cols.position[sends0] * width + cols.piece[sends0]
+    by_key = np.argsort(keys, kind="stable")
+    sorted_keys = keys[by_key]
+    linked = cols.instance[ca] == 0
+    a, b = ca[linked], cb[linked]
+    u = by_key[np.searchsorted(sorted_keys, cols.position[a] * width + cols.piece[a])]
+    v = by_key[np.searchsorted(sorted_keys, cols.position[b] * width + cols.piece[b])]
+    parent = np.arange(count, dtype=np.int64)
+    while True:
+        pu, pv = parent[u], parent[v]
+        differ = pu != pv
+        if not differ.any():
+            break
+        np.minimum.at(parent, np.maximum(pu, pv)[differ], np.minimum(pu, pv)[differ])
+        while True:  # point every transfer at its root
+            up = parent[parent]
+            if (up == parent).all():
+                break
+            parent = up
+    # The place of each transfer's send half: sends differ from each other only in the
+    # part of the key both ends share (`HalfKey.message`), so this orders the messages.
+    message = places[sends0]
+    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, parent, message)
+    order = np.lexsort((message, first[parent]))  # chains by their first message, each in time order
+    roots = parent[order]
+    bounds = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1], True])
+    flat = order.tolist()
+    chains = [flat[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+    chain_of = np.repeat(np.arange(len(chains), dtype=np.int64), np.diff(bounds))
+    return chains, chain_of
+
+
+def _chain_uses(chains: list[list[int]], chain_of: np.ndarray, conn: np.ndarray, senders: list[int],
+                receivers: list[int]) -> list[_Uses]:
+    """The connections each chain uses, in order of first use, with its message count."""
+    if not chains:
+        return []
+    flat = np.fromiter((t for c in chains for t in c), np.int64, len(chain_of))
+    k = conn[flat]
+    width = 1 + int(k.max(initial=0))
+    _, first, counts = np.unique(chain_of * width + k, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    first, counts = first[order], counts[order]
+    owner = chain_of[first]
+    bounds = np.searchsorted(owner, np.arange(len(chains) + 1)).tolist()
+    ts = flat[first].tolist()
+    ks = k[first].tolist()
+    ns = counts.tolist()
+    items = [((senders[t], receivers[t]), i, n) for t, i, n in zip(ts, ks, ns)]
+    return [_Uses(items[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
@@ -150,48 +255,6 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
                 channel_of[h] = t.chan
     return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), channel_of, steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
-
-
-def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]], places: tuple[int, ...]
-            ) -> list[list[tuple[int, int]]]:
-    """Transfers of instance 0, as (position, piece), grouped into chains in time order.
-
-    The chains are the connected components of the candidate links, found with a
-    union-find over transfer numbers (linear; a networkx graph of 130,000 transfers took
-    seconds)."""
-    number: dict[tuple[int, int], int] = {}  # (position, piece) -> transfer number
-    transfers: list[tuple[int, int]] = []
-    # The place of each transfer's send half: sends differ from each other only in the
-    # part of the key both ends share (`HalfKey.message`), so this orders the messages.
-    message: list[int] = []
-    send = HalfKind.SEND
-    for h in halves:
-        if h.kind is send and h.instance == 0:
-            k = h.key
-            number[(k.position, k.piece)] = len(transfers)
-            transfers.append((k.position, k.piece))
-            message.append(places[h.id])
-    parent = list(range(len(transfers)))
-
-    def root(t: int) -> int:
-        while parent[t] != t:
-            parent[t] = parent[parent[t]]
-            t = parent[t]
-        return t
-
-    for a, b in candidates:
-        ka, kb = halves[a].key, halves[b].key
-        if ka.instance == 0:
-            ra, rb = root(number[(ka.position, ka.piece)]), root(number[(kb.position, kb.piece)])
-            if ra != rb:
-                parent[ra] = rb
-    members: dict[int, list[int]] = defaultdict(list)
-    for t in range(len(transfers)):
-        members[root(t)].append(t)
-    # Transfers are numbered in half order, not time order: sort by message key.
-    chains = [sorted(c, key=message.__getitem__) for c in members.values()]
-    chains.sort(key=lambda c: message[c[0]])
-    return [[transfers[t] for t in c] for c in chains]
 
 
 def _assign_channels(cache: PlanCache, c: int) -> dict[tuple[int, int], int] | None:

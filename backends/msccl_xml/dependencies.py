@@ -150,7 +150,7 @@ def _keep_reductions_apart(steps: tuple[LStep, ...], program: Program) -> tuple[
             continue
         a, b = program.halves[prev.halves[0]], program.halves[cur.halves[0]]
         if (a.dst, a.src.buffer) == (b.dst, b.src.buffer) and a.count != b.count and not prev.hasdep:
-            out[k - 1] = replace(prev, hasdep=True)
+            out[k - 1] = prev._replace(hasdep=True)
     return tuple(out)
 
 

@@ -86,8 +86,10 @@ class HalfKey(NamedTuple):
         return (self.step, self.fresh, self.origin, self.position, self.piece, self.instance)
 
 
-@dataclass(frozen=True, slots=True)  # one per op end: no per-object dict
-class Half:
+class Half(NamedTuple):
+    """One end of an op on one rank. A tuple (one per op end, a million at 1,024 GPUs):
+    built in one call, no per-object dict. Its channel is its threadblock's."""
+
     id: int
     kind: HalfKind
     rank: int
@@ -98,17 +100,10 @@ class Half:
     key: HalfKey
     op: int  # id of the schedule op it comes from
     instance: int = 0
-    channel: int = 0
 
     @property
     def is_local(self) -> bool:
         return self.peer < 0
-
-    def placed(self, key: HalfKey | None = None, channel: int | None = None) -> "Half":
-        """A copy with a new key or channel (dataclasses.replace is slow at this count)."""
-        return Half(self.id, self.kind, self.rank, self.peer, self.src, self.dst, self.count,
-                    self.key if key is None else key, self.op, self.instance,
-                    self.channel if channel is None else channel)
 
     def reads(self) -> list[Slot]:
         """Slots of its own rank this half reads."""
@@ -132,10 +127,9 @@ def _range(slot: Slot, count: int) -> list[Slot]:
     return [Slot(slot.buffer, slot.index + k) for k in range(count)]
 
 
-@dataclass(frozen=True, slots=True)
-class LStep:
+class LStep(NamedTuple):
     """A step of a threadblock: one half, a receive fused with a send (receive first),
-    or a `nop` (no halves) that only waits."""
+    or a `nop` (no halves) that only waits. A tuple: one per step, built in one call."""
 
     type: StepType
     halves: tuple[int, ...]
@@ -145,19 +139,13 @@ class LStep:
     hasdep: bool = False
 
 
-# LStep(...) field by field without the frozen dataclass's __init__ (which sets each
-# through object.__setattr__): fusing and numbering make one per step.
-_new_step = object.__new__
-_SET_STEP = tuple(LStep.__dict__[name].__set__ for name in LStep.__slots__)
-assert LStep.__slots__ == ("type", "halves", "wait", "hasdep")
+_new_tuple = tuple.__new__
 
 
 def make_step(type: StepType, halves: tuple[int, ...], wait: tuple[int, int] | None = None,
               hasdep: bool = False) -> LStep:
-    """`LStep(type, halves, wait, hasdep)`, at half the cost."""
-    step = _new_step(LStep)
-    _SET_STEP[0](step, type), _SET_STEP[1](step, halves), _SET_STEP[2](step, wait), _SET_STEP[3](step, hasdep)
-    return step
+    """`LStep(type, halves, wait, hasdep)` without the NamedTuple's Python-level __new__."""
+    return _new_tuple(LStep, (type, halves, wait, hasdep))
 
 
 @dataclass(frozen=True, slots=True)

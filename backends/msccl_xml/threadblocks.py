@@ -46,7 +46,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     tries = channel_counts(split.halves, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
-    cache = PlanCache(split.halves, split.candidates, split.places)
+    cache = PlanCache(split.halves, split.candidates, split.places, split.arrays)
     for c in tries:
         plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps,
                                  split.candidates, cache)
@@ -62,11 +62,6 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             if best is None or plan.least_steps < best[0]:
                 best = (plan.least_steps, plan.longest)
             continue
-        # The halves are this function's own (split_schedule made them), so each gets its
-        # channel in place rather than as a copy; every attempt sets all of them.
-        channel_of = plan.channel_of
-        for h in split.halves:
-            object.__setattr__(h, "channel", channel_of.get(h.id, 0))
         halves = split.halves
         program = Program(
             name=schedule.name, collective=coll, coll=token, ngpus=coll.ranks,
