@@ -18,6 +18,8 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from collc.backends.msccl_xml.channels import fusion_candidates
 from collc.backends.msccl_xml.model import StepType
 from collc.backends.msccl_xml.program import (
@@ -31,61 +33,78 @@ from collc.passes.base import CompileUnit, Pass, register_pass
 def fuse(program: Program) -> Program:
     if program.stage is not Stage.ASSIGNED:
         raise CollcError(f"msccl-fuse runs right after msccl-threadblocks (the program is {program.stage.value})")
-    forwards: dict[int, list[int]] = defaultdict(list)  # receive half -> sends that forward it
     candidates = program.candidates
     if candidates is None:
         candidates = fusion_candidates(program.halves, program.preds)
+    # Only a candidate whose receive and send share a threadblock can fuse: group those
+    # by threadblock (each step holds one half at this stage), receives in key order and
+    # the sends of each receive in key order.
+    halves = program.halves
+    tbs = [tb for g in program.gpus for tb in g.tbs]
+    first = [step.halves[0] for tb in tbs for step in tb.steps]
+    lengths = [len(tb.steps) for tb in tbs]
+    owner_of = np.full(len(halves), -1, dtype=np.int64)
+    owner_of[first] = np.repeat(np.arange(len(tbs), dtype=np.int64), lengths)
+    owner = owner_of.tolist()
+    place = program.key_places()
+    inside: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)  # tb -> (place of a, of b, a, b)
     for a, b in candidates:
-        forwards[a].append(b)
+        t = owner[a]
+        if t >= 0 and owner[b] == t:
+            inside[t].append((place[a], place[b], a, b))
+    # Places of each threadblock's sends, sorted.
+    is_send = np.fromiter((h.kind is HalfKind.SEND for h in map(halves.__getitem__, first)), bool, len(first))
+    sent = np.asarray(first, dtype=np.int64)[is_send]
+    sent_places = np.asarray(place, dtype=np.int64)[sent]
+    sent_owner = owner_of[sent]
+    order = np.lexsort((sent_places, sent_owner))
+    bounds = np.searchsorted(sent_owner[order], np.arange(len(tbs) + 1)).tolist()
+    sorted_places = sent_places[order].tolist()
     sole = dict(program.sole_readers)
-    gpus = tuple(replace(g, tbs=tuple(_fuse_tb(tb, program, forwards, sole) for tb in g.tbs)) for g in program.gpus)
+    fused_tbs = iter([_fuse_tb(tb, program, sorted(inside[t]), sole, sorted_places[bounds[t]:bounds[t + 1]])
+                      if t in inside else tb for t, tb in enumerate(tbs)])
+    gpus = tuple(replace(g, tbs=tuple(next(fused_tbs) for _ in g.tbs)) for g in program.gpus)
     return replace(program, gpus=gpus, stage=Stage.FUSED)
 
 
-def _fuse_tb(tb: LThreadblock, program: Program, forwards: dict[int, list[int]], sole: dict[int, int]
-             ) -> LThreadblock:
+def _fuse_tb(tb: LThreadblock, program: Program, pairs: list[tuple[int, int, int, int]], sole: dict[int, int],
+             send_places: list[int]) -> LThreadblock:
+    """`pairs`: (place of a, place of b, receive a, send b) of the candidates inside the
+    threadblock, sorted: receives in key order, each receive's sends in key order.
+    `send_places`: the places of the threadblock's sends, sorted. They are in message
+    order too (all go to the one send peer on the one channel), and fusing keeps them so."""
     halves, preds = program.halves, program.preds
     place = program.key_places()  # integer ranks of the halves' keys
-    send = HalfKind.SEND
-    order = [s.halves[0] for s in tb.steps]  # one half per step so far, in key order
-    in_tb = set(order)
-    # Places of the threadblock's sends, sorted. They are in message order too (all go to
-    # the one send peer on the one channel), and fusing keeps them so.
-    send_places = sorted(place[h] for h in order if halves[h].kind is send)
     partner: dict[int, int] = {}  # receive -> fused send
     fused_sends: set[int] = set()
-    for a in order:
-        sends = forwards.get(a)
-        if not sends or not halves[a].kind.receives:
+    bisect_right = bisect.bisect_right
+    for at, bt, a, b in pairs:
+        if a in partner or b in fused_sends:
             continue
-        if len(sends) > 1:
-            sends = sorted(sends, key=place.__getitem__)
-        at = place[a]
-        for b in sends:
-            if b not in in_tb or b in fused_sends:
-                continue
-            # The fused step runs at a's place: b may wait for nothing at or after it.
-            if any(p != a and place[p] >= at for p in preds[b]):
-                continue
+        # The fused step runs at a's place: b may wait for nothing at or after it.
+        for p in preds[b]:
+            if p != a and place[p] >= at:
+                break
+        else:
             # The send moves from its own place back to a's. A send placed in between
             # carries an earlier message than b's and would then leave after it.
-            bt = place[b]
-            lo = bisect.bisect_right(send_places, at)
+            lo = bisect_right(send_places, at)
             if send_places[lo] != bt:
                 continue
             partner[a] = b
             fused_sends.add(b)
-            del send_places[lo]  # b's place: no send lies between at and it
-            send_places.insert(lo, at)
-            break
+            send_places[lo] = at  # b's place moves to a's: no send lies between them
     if not partner:  # nothing fused: the steps stay as they are
         return tb
     steps = []
-    for step, h in zip(tb.steps, order):
-        if h in fused_sends:
-            continue
-        b = partner.get(h)
-        steps.append(step if b is None else make_step(_fused_type(halves[h], b, sole), (h, b)))
+    get = partner.get
+    for step in tb.steps:
+        h = step.halves[0]
+        b = get(h)
+        if b is not None:
+            steps.append(make_step(_fused_type(halves[h], b, sole), (h, b)))
+        elif h not in fused_sends:
+            steps.append(step)
     return LThreadblock(tb.id, tb.send, tb.recv, tb.chan, tuple(steps))
 
 
