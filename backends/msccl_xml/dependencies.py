@@ -70,11 +70,12 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
             visits.append((at, t, i, hs))
     visits.sort()  # places are distinct
 
-    # Per step, the last step of each other threadblock it must follow (from the halves'
-    # predecessors); only those steps can be waited for.
-    needs: list[dict[int, int]] = []
-    for at, t, i, hs in visits:
-        needed: dict[int, int] = {}
+    # Per step (visited), the last step of each other threadblock it must follow (from
+    # the halves' predecessors); only those steps can be waited for. Most steps follow
+    # only their own threadblock: they get no entry.
+    needs: dict[int, dict[int, int]] = {}
+    for k, (at, t, i, hs) in enumerate(visits):
+        needed: dict[int, int] | None = None
         for h in hs:
             for p in preds[h]:
                 pt, pi = owner[p]
@@ -82,22 +83,27 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
                     if pi > i:
                         raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for its own later step {pi}")
                     continue
-                if needed.get(pt, -1) < pi:
+                if needed is None:
+                    needed = {pt: pi}
+                elif needed.get(pt, -1) < pi:
                     needed[pt] = pi
-        needs.append(needed)
-    may_wait_for = {target for needed in needs for target in needed.items()}
+        if needed is not None:
+            needs[k] = needed
+    may_wait_for = {target for needed in needs.values() for target in needed.items()}
 
     # What is known complete once a step is done: per threadblock, its last step known
     # done (-1: none); an array (a GPU may have a hundred threadblocks, and waits merge
     # these). `current` holds it for the last step visited of each threadblock (what its
-    # next step starts from); `kept`, a copy for each step that may be waited for.
+    # next step starts from); `kept`, a copy for each step that may be waited for. A
+    # threadblock's own entry is read only through such copies, so it is set only there.
     current = list(np.full((ntbs, ntbs), -1, dtype=np.int64))
     kept: dict[tuple[int, int], np.ndarray] = {}
-    waits: list[list[list[tuple[int, int]]]] = [[[] for _ in tb.steps] for tb in gpu.tbs]
-    for (at, t, i, _), needed in zip(visits, needs):
-        known = current[t]
-        if needed:
-            mine = waits[t][i]
+    waits: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for k, (at, t, i, _) in enumerate(visits):
+        needed = needs.get(k)
+        if needed is not None:
+            known = current[t]
+            mine: list[tuple[int, int]] = []
             for target in sorted(needed.items(), key=place.__getitem__, reverse=True):
                 wt, wi = target
                 if known[wt] >= wi:
@@ -106,10 +112,13 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
                     raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for a later step")
                 mine.append(target)
                 known = np.maximum(known, kept[target])
-            mine.sort()
-        known[t] = i
-        current[t] = known
+            if mine:
+                mine.sort()
+                waits[(t, i)] = mine
+                current[t] = known
         if (t, i) in may_wait_for:
+            known = current[t]
+            known[t] = i
             kept[(t, i)] = known.copy()
 
     # Number the steps (nops included), then write the waits with those numbers.
@@ -117,23 +126,27 @@ def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
     for t, tb in enumerate(gpu.tbs):
         s = 0
         for i in range(len(tb.steps)):
-            s += max(0, len(waits[t][i]) - 1)
+            ws = waits.get((t, i))
+            if ws is not None:
+                s += len(ws) - 1
             number[(t, i)] = s
             s += 1
-    targets = {target for per_tb in waits for ws in per_tb for target in ws}
+    targets = {target for ws in waits.values() for target in ws}
     tbs = []
     for t, tb in enumerate(gpu.tbs):
         steps: list[LStep] = []
         for i, step in enumerate(tb.steps):
-            ws = waits[t][i]
-            for wt, wi in ws[:-1]:
-                steps.append(make_step(StepType.NOP, (), (wt, number[(wt, wi)])))
+            ws = waits.get((t, i))
             waited_for = (t, i) in targets
-            if not ws and not waited_for and step.wait is None and not step.hasdep:
+            if ws is None and not waited_for and step.wait is None and not step.hasdep:
                 steps.append(step)  # most steps: nothing to add
                 continue
-            last = (ws[-1][0], number[ws[-1]]) if ws else None
-            steps.append(make_step(step.type, step.halves, last, waited_for))
+            if ws is None:
+                steps.append(make_step(step.type, step.halves, None, waited_for))
+                continue
+            for wt, wi in ws[:-1]:
+                steps.append(make_step(StepType.NOP, (), (wt, number[(wt, wi)])))
+            steps.append(make_step(step.type, step.halves, (ws[-1][0], number[ws[-1]]), waited_for))
         tbs.append(LThreadblock(tb.id, tb.send, tb.recv, tb.chan, _keep_reductions_apart(tuple(steps), program)))
     return replace(gpu, tbs=tuple(tbs))
 
