@@ -62,7 +62,6 @@ class _Tb:
 class TbPlan:
     channels_per_instance: int
     tbs: tuple[tuple[LThreadblock, ...], ...]  # per rank
-    channel_of: dict[int, int]  # half id -> channel
     # The longest threadblock if every fusion candidate inside one is fused and no nop
     # step is needed: a lower bound on its final length.
     least_steps: int
@@ -137,10 +136,12 @@ class PlanCache:
         self.rank = cols.rank[moving].tolist()
         self.peer = cols.peer[moving].tolist()
         self.sends = (cols.kind[moving] == slots.SEND).tolist()
-        # (rank, receive peer, send peer) of each fusion candidate.
+        self.halves = len(cols.kind)
+        self.moving_arrays = (moving, cols.rank[moving], cols.peer[moving], cols.kind[moving] == slots.SEND)
+        # Fusion candidates (receive, send), and (rank, receive peer, send peer) of each.
         cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
         ca, cb = cand[:, 0], cand[:, 1]
-        self.candidate_peers = list(zip(cols.rank[ca].tolist(), cols.peer[ca].tolist(), cols.peer[cb].tolist()))
+        self.candidate_arrays = (ca, cb, cols.rank[ca], cols.peer[ca], cols.peer[cb])
         # Transfers: the sends of instance 0, in half order, (position, piece) each; and
         # connections, (sender, receiver), numbered in order of first use.
         sends0 = np.flatnonzero((cols.kind == slots.SEND) & (cols.instance == 0))
@@ -244,16 +245,11 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
     chans = list(map(base.__getitem__, cache.transfer))
     if instances > 1:
         chans = [ch + j * c for ch, j in zip(chans, cache.instance)]
-    channel_of = dict(zip(cache.moving, chans))
-    per_rank = _build(halves, preds, candidates, channel_of, chans, ranks, c, max_steps, cache)
+    per_rank = _build(halves, preds, chans, ranks, c, max_steps, cache)
     if per_rank is None:
         return None
-    rank, steps, tb = _largest(per_rank, halves, candidates)
-    for tbs in per_rank:
-        for t in tbs:
-            for h in t.halves:
-                channel_of[h] = t.chan
-    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), channel_of, steps,
+    rank, steps, tb = _largest(per_rank, cache)
+    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
@@ -367,19 +363,11 @@ def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> 
     return True
 
 
-def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: Sequence[tuple[int, int]],
-           channel_of: dict[int, int], chans: list[int], ranks: int, c: int, max_steps: int,
-           cache: PlanCache) -> list[list[_Tb]] | None:
-    """`chans`: the channel of each of `cache.moving`, as `channel_of` has it."""
-    sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rank, peer, chan) -> halves
-    recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    for h, rank, peer, ch, is_send in zip(cache.moving, cache.rank, cache.peer, chans, cache.sends):
-        (sends if is_send else recvs)[(rank, peer, ch)].append(h)
-    weight: dict[tuple[int, int], Counter] = defaultdict(Counter)  # (rank, chan) -> (recv peer, send peer)
-    for (a, b), (rank, p, q) in zip(candidates, cache.candidate_peers):
-        ch = channel_of[a]
-        if channel_of[b] == ch:  # a chain split over channels (see _assign_channels) cannot fuse there
-            weight[(rank, ch)][(p, q)] += 1
+def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], chans: list[int], ranks: int, c: int,
+           max_steps: int, cache: PlanCache) -> list[list[_Tb]] | None:
+    """`chans`: the channel of each of `cache.moving`."""
+    sends, recvs = _connection_halves(cache, chans)
+    weight = _fusion_weights(cache, chans)
 
     groups: dict[tuple[int, int], tuple[set[int], set[int]]] = defaultdict(lambda: (set(), set()))
     for rank, peer, ch in sends:
@@ -408,6 +396,48 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
         if max(Counter(tb.chan for tb in per_rank[r]).values()) > MAX_TBS_PER_CHANNEL:
             return None
     return per_rank
+
+
+def _connection_halves(cache: PlanCache, chans: list[int]
+                       ) -> tuple[dict[tuple[int, int, int], list[int]], dict[tuple[int, int, int], list[int]]]:
+    """The sends and the receives of each (rank, peer, channel), in half order."""
+    moving, rank, peer, is_send = cache.moving_arrays
+    chan = np.asarray(chans, dtype=np.int64)
+    order = np.lexsort((chan, peer, rank, is_send))  # stable: half order inside each group
+    keys = np.stack([is_send[order], rank[order], peer[order], chan[order]])
+    bounds = np.flatnonzero(np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0), True]).tolist()
+    halves = moving[order].tolist()
+    sends: dict[tuple[int, int, int], list[int]] = {}
+    recvs: dict[tuple[int, int, int], list[int]] = {}
+    for lo, hi in zip(bounds, bounds[1:]):
+        send, r, p, ch = keys[:, lo].tolist()
+        (sends if send else recvs)[(r, p, ch)] = halves[lo:hi]
+    return sends, recvs
+
+
+def _fusion_weights(cache: PlanCache, chans: list[int]) -> dict[tuple[int, int], Counter]:
+    """(rank, channel) -> (receive peer, send peer) -> fusion candidates between them on
+    that channel, each Counter in order of first candidate (`_matching` numbers the
+    graph's vertices in that order)."""
+    weight: dict[tuple[int, int], Counter] = defaultdict(Counter)
+    ca, cb, rank, p, q = cache.candidate_arrays
+    if len(ca) == 0:
+        return weight
+    moving = cache.moving_arrays[0]
+    chan_of = np.full(cache.halves, -1, dtype=np.int64)
+    chan_of[moving] = chans
+    ch = chan_of[ca]
+    same = ch == chan_of[cb]  # a chain split over channels (see _assign_channels) cannot fuse there
+    ch, rank, p, q = ch[same], rank[same], p[same], q[same]
+    width = 1 + int(max(p.max(initial=0), q.max(initial=0), rank.max(initial=0), ch.max(initial=0)))
+    code = ((rank * width + ch) * width + p) * width + q
+    _, first, counts = np.unique(code, return_index=True, return_counts=True)
+    by_first = np.argsort(first, kind="stable")
+    first, counts = first[by_first], counts[by_first]
+    for r, c, a, b, n in zip(rank[first].tolist(), ch[first].tolist(), p[first].tolist(), q[first].tolist(),
+                             counts.tolist()):
+        weight[(r, c)][(a, b)] = n
+    return weight
 
 
 def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter,
@@ -486,24 +516,37 @@ def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], 
         where[h.id] = tb
 
 
-def _largest(per_rank: list[list[_Tb]], halves: tuple[Half, ...], candidates: list[tuple[int, int]]
-             ) -> tuple[int, int, _Tb]:
+def _largest(per_rank: list[list[_Tb]], cache: PlanCache) -> tuple[int, int, _Tb]:
     """(rank, steps, tb) of the threadblock with the most steps once fused (an estimate:
-    every candidate inside a threadblock fused, no nop steps)."""
-    owner = {h: id(tb) for tbs in per_rank for tb in tbs for h in tb.halves}
-    fused: Counter = Counter()
-    used: set[int] = set()
-    for a, b in candidates:
-        if owner.get(a) == owner.get(b) and a not in used and b not in used:
-            fused[owner[a]] += 1
-            used.update((a, b))
-    best: tuple[int, int, _Tb] = (0, 0, per_rank[0][0])
-    for rank, tbs in enumerate(per_rank):
-        for tb in tbs:
-            n = len(tb.halves) - fused[id(tb)]
-            if n > best[1]:
-                best = (rank, n, tb)
-    return best
+    every candidate inside a threadblock fused, no nop steps); the first such in rank
+    and threadblock order."""
+    tbs = [tb for t in per_rank for tb in t]
+    lengths = np.fromiter(map(len, (tb.halves for tb in tbs)), np.int64, len(tbs))
+    owner = np.full(cache.halves, -1, dtype=np.int64)
+    owner[np.fromiter((h for tb in tbs for h in tb.halves), np.int64, int(lengths.sum()))] = np.repeat(
+        np.arange(len(tbs), dtype=np.int64), lengths)
+    ca, cb = cache.candidate_arrays[:2]
+    inside = (owner[ca] == owner[cb]) & (owner[ca] >= 0)
+    a, b = ca[inside], cb[inside]
+    if len(np.unique(a)) == len(a) and len(np.unique(b)) == len(b):
+        fused = np.bincount(owner[a], minlength=len(tbs))
+    else:  # a half in two candidates: the first one counts (in candidate order)
+        fused = np.zeros(len(tbs), dtype=np.int64)
+        used: set[int] = set()
+        for x, y in zip(a.tolist(), b.tolist()):
+            if x not in used and y not in used:
+                fused[owner[x]] += 1
+                used.update((x, y))
+    steps = lengths - fused
+    k = int(np.argmax(steps)) if len(steps) else 0
+    if not len(steps) or steps[k] <= 0:
+        return 0, 0, per_rank[0][0]
+    most = int(steps[k])
+    for rank, t in enumerate(per_rank):
+        if k < len(t):
+            return rank, most, t[k]
+        k -= len(t)
+    raise AssertionError("unreachable: k indexes the threadblocks")
 
 
 def _finish(tbs: list[_Tb], places: tuple[int, ...], single_steps: list[LStep]) -> tuple[LThreadblock, ...]:
