@@ -77,14 +77,16 @@ def check_counts(instances: int, channels: int) -> None:
                          f"{channels * instances} channels; MSCCL has at most {MAX_CHANNELS}")
 
 
-def channel_counts(halves: tuple[Half, ...], instances: int, channels: int, max_steps: int) -> list[int]:
+def channel_counts(arrays: HalfArrays, instances: int, channels: int, max_steps: int) -> list[int]:
     """Channel counts (per instance) worth trying, fewest first: the given one, or from
     the least that could hold the busiest connection up to all there are."""
     limit = MAX_CHANNELS // instances
     if channels:
         return [channels]
-    busiest = max(Counter((h.rank, h.peer) for h in halves if h.kind is HalfKind.SEND and h.instance == 0
-                          ).values(), default=0)
+    sends = (arrays.kind == slots.SEND) & (arrays.instance == 0)
+    _, per_connection = np.unique(arrays.rank[sends] * (1 + int(arrays.peer.max(initial=0))) + arrays.peer[sends],
+                                  return_counts=True)
+    busiest = int(per_connection.max(initial=0))
     return list(range(max(1, min(limit, -(-busiest // max(1, max_steps)))), limit + 1))
 
 
@@ -137,6 +139,8 @@ class PlanCache:
         self.peer = cols.peer[moving].tolist()
         self.sends = (cols.kind[moving] == slots.SEND).tolist()
         self.halves = len(cols.kind)
+        local = np.flatnonzero(cols.peer < 0)
+        self.local = local[np.argsort(np.asarray(self.places, dtype=np.int64)[local], kind="stable")].tolist()
         self.moving_arrays = (moving, cols.rank[moving], cols.peer[moving], cols.kind[moving] == slots.SEND)
         # Fusion candidates (receive, send), and (rank, receive peer, send peer) of each.
         cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
@@ -387,7 +391,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], chans: 
             if p >= 0:
                 tb.halves += recvs[(rank, p, ch)]
             per_rank[rank].append(tb)
-    _place_locals(halves, preds, per_rank, c, max_steps, cache.places)
+    _place_locals(halves, preds, per_rank, c, max_steps, cache.places, cache.local)
     for r in range(ranks):
         if not per_rank[r]:
             # The executor launches one CUDA block per threadblock; a GPU with nothing to
@@ -488,10 +492,13 @@ def _matching(weight: Counter, known: dict[tuple, list[tuple[int, int]]]) -> lis
 
 
 def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], per_rank: list[list[_Tb]],
-                  c: int, max_steps: int, places: tuple[int, ...]) -> None:
+                  c: int, max_steps: int, places: Sequence[int], local: list[int]) -> None:
+    """`local`: the local halves, in key order."""
+    if not local:
+        return
     where: dict[int, _Tb] = {h: tb for tbs in per_rank for tb in tbs for h in tb.halves}
     own: dict[tuple[int, int], list[_Tb]] = defaultdict(list)  # (rank, instance) -> peerless tbs
-    for h in sorted((h for h in halves if h.is_local), key=lambda h: places[h.id]):
+    for h in map(halves.__getitem__, local):
         before = [p for p in preds[h.id] if p in where]
         if before:
             tb = where[max(before, key=places.__getitem__)]

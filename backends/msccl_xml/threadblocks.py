@@ -43,7 +43,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         raise CollcError(f"msccl-threadblocks: max_steps={max_steps}; a threadblock needs room for at least one step")
     check_counts(instances, channels)
     split = split_schedule(schedule, inplace=inplace, instances=instances)
-    tries = channel_counts(split.halves, instances, channels, max_steps)
+    tries = channel_counts(split.arrays, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
     cache = PlanCache(split.halves, split.candidates, split.places, split.arrays)
