@@ -23,7 +23,7 @@ import numpy as np
 from collc.backends.msccl_xml.channels import fusion_candidates
 from collc.backends.msccl_xml.model import StepType
 from collc.backends.msccl_xml.program import (
-    Half, HalfKind, LThreadblock, Program, Stage, make_step, remember_last,
+    HALF_KINDS, HalfKind, LThreadblock, Program, Stage, make_step, remember_last,
 )
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
@@ -53,8 +53,8 @@ def fuse(program: Program) -> Program:
         if t >= 0 and owner[b] == t:
             inside[t].append((place[a], place[b], a, b))
     # Places of each threadblock's sends, sorted.
-    is_send = np.fromiter((h.kind is HalfKind.SEND for h in map(halves.__getitem__, first)), bool, len(first))
-    sent = np.asarray(first, dtype=np.int64)[is_send]
+    first_halves = np.asarray(first, dtype=np.int64)
+    sent = first_halves[halves.kind[first_halves] == HALF_KINDS.index(HalfKind.SEND)]
     sent_places = np.asarray(place, dtype=np.int64)[sent]
     sent_owner = owner_of[sent]
     order = np.lexsort((sent_places, sent_owner))
@@ -73,7 +73,7 @@ def _fuse_tb(tb: LThreadblock, program: Program, pairs: list[tuple[int, int, int
     threadblock, sorted: receives in key order, each receive's sends in key order.
     `send_places`: the places of the threadblock's sends, sorted. They are in message
     order too (all go to the one send peer on the one channel), and fusing keeps them so."""
-    halves, preds = program.halves, program.preds
+    kinds, preds = program.halves.kind, program.preds
     place = program.key_places()  # integer ranks of the halves' keys
     partner: dict[int, int] = {}  # receive -> fused send
     fused_sends: set[int] = set()
@@ -102,16 +102,20 @@ def _fuse_tb(tb: LThreadblock, program: Program, pairs: list[tuple[int, int, int
         h = step.halves[0]
         b = get(h)
         if b is not None:
-            steps.append(make_step(_fused_type(halves[h], b, sole), (h, b)))
+            steps.append(make_step(_fused_type(h, kinds.item(h), b, sole), (h, b)))
         elif h not in fused_sends:
             steps.append(step)
     return LThreadblock(tb.id, tb.send, tb.recv, tb.chan, tuple(steps))
 
 
-def _fused_type(receive: Half, send: int, sole: dict[int, int]) -> StepType:
-    if receive.kind is HalfKind.RECV:
+_RECV = HALF_KINDS.index(HalfKind.RECV)
+
+
+def _fused_type(receive: int, kind: int, send: int, sole: dict[int, int]) -> StepType:
+    """The step a receive (of kind code `kind`) fused with `send` becomes."""
+    if kind == _RECV:
         return StepType.RECV_COPY_SEND
-    return StepType.RECV_REDUCE_SEND if sole.get(receive.id) == send else StepType.RECV_REDUCE_COPY_SEND
+    return StepType.RECV_REDUCE_SEND if sole.get(receive) == send else StepType.RECV_REDUCE_COPY_SEND
 
 
 @register_pass

@@ -24,11 +24,10 @@ import numpy as np
 from collc.backends.msccl_xml.channels import HalfArrays
 from collc.backends.msccl_xml.inplace import aliased, in_place_ops
 from collc.backends.msccl_xml.model import BufferName
-from collc.backends.msccl_xml.program import (
-    PHASE_LOCAL, PHASE_RECV, PHASE_SEND, Half, HalfKey, HalfKind, Slot, inplace_offset, key_places,
-    unified_buffer,
-)
 from collc.backends.msccl_xml import slots
+from collc.backends.msccl_xml.program import (
+    HALF_KINDS, PHASE_LOCAL, PHASE_RECV, PHASE_SEND, HalfKind, HalfTable, Slot, inplace_offset, unified_buffer,
+)
 from collc.backends.msccl_xml.slots import grouped, slot_analysis
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
@@ -36,7 +35,7 @@ from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 
 @dataclass(frozen=True)
 class Halves:
-    halves: tuple[Half, ...]
+    halves: HalfTable
     preds: tuple[tuple[int, ...], ...]
     sole_readers: dict[int, int]
     # Per rank: (i_chunks, o_chunks, s_chunks) as the program names them.
@@ -94,7 +93,7 @@ def split_schedule(schedule: Schedule, inplace: bool = False, instances: int = 1
     candidates = _candidates(cols, pair_half, pair_pred)
     fresh, origin = _forward_order(cols, candidates)
     places = _key_places(cols, fresh, origin)
-    halves = _make_halves(cols, fresh, origin)
+    halves = _half_table(cols, fresh, origin)
     return Halves(halves, preds, sole_readers, buffer_sizes(schedule, inplace, instances),
                   tuple(zip(candidates[0].tolist(), candidates[1].tolist())), tuple(places.tolist()),
                   HalfArrays(cols.kind, cols.rank, cols.peer, cols.position, cols.piece, cols.instance))
@@ -249,25 +248,16 @@ def _key_places(cols: _Columns, fresh: np.ndarray, origin: np.ndarray) -> np.nda
     return places
 
 
-_HALF_KINDS = {slots.SEND: HalfKind.SEND, slots.RECV: HalfKind.RECV, slots.RECV_REDUCE: HalfKind.RECV_REDUCE,
-               slots.COPY: HalfKind.COPY, slots.REDUCE: HalfKind.REDUCE}
+def _half_table(cols: _Columns, fresh: np.ndarray, origin: np.ndarray) -> HalfTable:
+    """The halves as a HalfTable (kind codes of `slots.py` are HALF_KINDS' indices)."""
+    return HalfTable(kind=cols.kind, rank=cols.rank, peer=cols.peer, src_buffer=cols.src_buffer,
+                     src_index=cols.src_index, dst_buffer=cols.dst_buffer, dst_index=cols.dst_index, count=cols.count,
+                     step=cols.step, fresh=fresh, origin=origin, position=cols.position, piece=cols.piece,
+                     instance=cols.instance, op=cols.op)
 
 
-def _make_halves(cols: _Columns, fresh: np.ndarray, origin: np.ndarray) -> tuple[Half, ...]:
-    """The Half objects, built once (tuples: `tuple.__new__` is one C call, where a
-    NamedTuple's own __new__ is Python code)."""
-    kinds = [_HALF_KINDS[k] for k in range(5)]
-    names = _BUFFER_NAMES
-    new = tuple.__new__
-    phase = _phase(cols.kind)
-    return tuple([new(Half, (h, kinds[kind], rank, peer, new(Slot, (names[sb], si)), new(Slot, (names[db], di)),
-                             count, new(HalfKey, (step, ph, fr, org, pos, piece, inst)), op, inst))
-                  for h, (kind, rank, peer, sb, si, db, di, count, step, ph, fr, org, pos, piece, inst, op)
-                  in enumerate(zip(cols.kind.tolist(), cols.rank.tolist(), cols.peer.tolist(),
-                                   cols.src_buffer.tolist(), cols.src_index.tolist(), cols.dst_buffer.tolist(),
-                                   cols.dst_index.tolist(), cols.count.tolist(), cols.step.tolist(), phase.tolist(),
-                                   fresh.tolist(), origin.tolist(), cols.position.tolist(), cols.piece.tolist(),
-                                   cols.instance.tolist(), cols.op.tolist()))])
+assert [HALF_KINDS[k] for k in (slots.SEND, slots.RECV, slots.RECV_REDUCE, slots.COPY, slots.REDUCE)] == [
+    HalfKind.SEND, HalfKind.RECV, HalfKind.RECV_REDUCE, HalfKind.COPY, HalfKind.REDUCE]
 
 
 def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[int]:

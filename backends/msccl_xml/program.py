@@ -20,10 +20,14 @@ the sender and the receiver and never waits on something later (the argument is 
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache, wraps
 from typing import Callable, NamedTuple
+
+import numpy as np
 
 from collc.backends.msccl_xml.model import BufferName, StepType
 from collc.diagnostics import CollcError
@@ -121,6 +125,58 @@ class Half(NamedTuple):
         return _range(self.dst, self.count)
 
 
+# Kind codes of the half columns (`HalfTable.kind`), in this order.
+HALF_KINDS = (HalfKind.SEND, HalfKind.RECV, HalfKind.RECV_REDUCE, HalfKind.COPY, HalfKind.REDUCE)
+_BUFFER_NAMES = (BufferName.INPUT, BufferName.OUTPUT, BufferName.SCRATCH)
+_PHASE_OF_KIND = (PHASE_SEND, PHASE_RECV, PHASE_RECV, PHASE_LOCAL, PHASE_LOCAL)
+
+
+class HalfTable(Sequence):
+    """The halves of a program as columns, one integer array per field (kinds as
+    indices into HALF_KINDS, buffers as 0 input, 1 output, 2 scratch); a `Half` is
+    built when one is asked for. A million halves at 1,024 GPUs: as objects they took
+    gigabytes and seconds, and the stages that touch every half read the columns."""
+
+    COLUMNS = ("kind", "rank", "peer", "src_buffer", "src_index", "dst_buffer", "dst_index", "count", "step",
+               "fresh", "origin", "position", "piece", "instance", "op")
+    __slots__ = COLUMNS
+
+    def __init__(self, **columns: np.ndarray):
+        for name in self.COLUMNS:
+            setattr(self, name, np.ascontiguousarray(columns[name], dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"half {index} of {len(self)}")
+        return self._row(index, *(getattr(self, name).item(index) for name in self.COLUMNS))
+
+    def __iter__(self):
+        return itertools.starmap(self._row, zip(itertools.count(), *(getattr(self, name).tolist()
+                                                                     for name in self.COLUMNS)))
+
+    @staticmethod
+    def _row(h: int, kind: int, rank: int, peer: int, sb: int, si: int, db: int, di: int, count: int, step: int,
+             fresh: int, origin: int, pos: int, piece: int, inst: int, op: int) -> Half:
+        new = tuple.__new__
+        return new(Half, (h, HALF_KINDS[kind], rank, peer, new(Slot, (_BUFFER_NAMES[sb], si)),
+                          new(Slot, (_BUFFER_NAMES[db], di)), count,
+                          new(HalfKey, (step, _PHASE_OF_KIND[kind], fresh, origin, pos, piece, inst)), op, inst))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, HalfTable):
+            return all(np.array_equal(getattr(self, n), getattr(other, n)) for n in self.COLUMNS)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def _range(slot: Slot, count: int) -> list[Slot]:
     if count == 1:  # most halves: no new Slot
         return [slot]
@@ -181,7 +237,7 @@ class Program:
     nchunksperloop: int
     inplace: bool
     instances: int
-    halves: tuple[Half, ...]
+    halves: Sequence[Half]  # a HalfTable where msccl-threadblocks made them
     # Per half: halves of the same rank that must finish before it (conflicting accesses
     # to a slot, in schedule order).
     preds: tuple[tuple[int, ...], ...]
