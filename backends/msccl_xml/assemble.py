@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from collc.backends.msccl_xml.model import BufferName, Protocol, StepType, XmlAlgo, XmlGpu, XmlStep, XmlThreadblock
-from collc.backends.msccl_xml.program import ROOTED, LStep, Program, Stage
+from collc.backends.msccl_xml.program import ROOTED, LStep, Program, Stage, collections_paused
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -113,6 +113,7 @@ class AssembleAlgo(Pass):
     min_bytes: int = 0
     max_bytes: int = 0  # 0: no upper limit
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         if not isinstance(unit.lowered, Program):
             raise CollcError(f"{self.name} needs the MSCCL lowered program; run msccl-threadblocks, msccl-fuse "

@@ -39,7 +39,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from collc.backends.msccl_xml.model import StepType
-from collc.backends.msccl_xml.program import LGpu, LStep, LThreadblock, Program, Stage, make_step, remember_last
+from collc.backends.msccl_xml.program import (
+    LGpu, LStep, LThreadblock, Program, Stage, collections_paused, make_step, remember_last,
+)
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -173,6 +175,7 @@ class OrderSteps(Pass):
     name = "msccl-deps"
     summary = "number MSCCL steps and express cross-threadblock dependencies (depid/deps/hasdep, nop steps)"
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         if not isinstance(unit.lowered, Program):
             raise CollcError(f"{self.name} needs the MSCCL lowered program; run msccl-threadblocks before it")

@@ -23,7 +23,7 @@ import numpy as np
 from collc.backends.msccl_xml.channels import fusion_candidates
 from collc.backends.msccl_xml.model import StepType
 from collc.backends.msccl_xml.program import (
-    HALF_KINDS, HalfKind, LThreadblock, Program, Stage, make_step, remember_last,
+    HALF_KINDS, HalfKind, LThreadblock, Program, Stage, collections_paused, make_step, remember_last,
 )
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
@@ -124,6 +124,7 @@ class FuseSteps(Pass):
     name = "msccl-fuse"
     summary = "fuse a receive with the send that forwards it (rcs, rrs, rrcs)"
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         program = _program(unit, self.name)
         fused = fuse(program)

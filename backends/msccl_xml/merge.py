@@ -17,6 +17,7 @@ from itertools import chain
 
 import numpy as np
 
+from collc.backends.msccl_xml.program import collections_paused
 from collc.diagnostics import CollcError
 from collc.ir.schedule import Buffer, Op, OpKind, Schedule
 from collc.passes.base import CompileUnit, Pass, register_pass
@@ -195,6 +196,7 @@ class MergeOps(Pass):
     summary = "merge same-step ops on consecutive chunks into one op (and split ops larger than an MSCCL step)"
     max_count: int = MAX_COUNT
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.schedule is None:
             raise CollcError("msccl-merge: there is no schedule to lower (run a pass that makes one first)")

@@ -19,7 +19,7 @@ from collc.backends.msccl_xml.dependencies import order_steps
 from collc.backends.msccl_xml.fuse import fuse
 from collc.backends.msccl_xml.halves import split_schedule
 from collc.backends.msccl_xml.program import (
-    LGpu, Program, Stage, base_chunks_per_loop, coll_token,
+    LGpu, Program, Stage, base_chunks_per_loop, coll_token, collections_paused,
 )
 from collc.diagnostics import CollcError
 from collc.backends.msccl_xml.limits import LimitError, threadblock_excess
@@ -114,6 +114,7 @@ class AssignThreadblocks(Pass):
     # topology declares (`gpu g[8] sms 80;`), 0: no bound.
     sms: int = -1
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.schedule is None:
             raise CollcError("msccl-threadblocks: there is no schedule to lower (run a pass that makes one first)")
