@@ -129,15 +129,9 @@ class PlanCache:
                                            HalfKind.REDUCE)]
         self.single_steps = [make_step(step_of[k], (h,)) for h, k in enumerate(kinds)]
         self.matchings: dict[tuple, list[tuple[int, int]]] = {}
-        # Every half of a transfer, in order: id, (position, piece) of its transfer,
-        # instance, rank, peer, whether it sends.
+        # Every half of a transfer, in order: its instance.
         moving = np.flatnonzero(cols.peer >= 0)
-        self.moving = moving.tolist()
-        self.transfer = list(zip(cols.position[moving].tolist(), cols.piece[moving].tolist()))
-        self.instance = cols.instance[moving].tolist()
-        self.rank = cols.rank[moving].tolist()
-        self.peer = cols.peer[moving].tolist()
-        self.sends = (cols.kind[moving] == slots.SEND).tolist()
+        self.instance = cols.instance[moving]
         self.halves = len(cols.kind)
         local = np.flatnonzero(cols.peer < 0)
         self.local = local[np.argsort(np.asarray(self.places, dtype=np.int64)[local], kind="stable")].tolist()
@@ -146,25 +140,34 @@ class PlanCache:
         cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
         ca, cb = cand[:, 0], cand[:, 1]
         self.candidate_arrays = (ca, cb, cols.rank[ca], cols.peer[ca], cols.peer[cb])
-        # Transfers: the sends of instance 0, in half order, (position, piece) each; and
-        # connections, (sender, receiver), numbered in order of first use.
+        # Transfers: the sends of instance 0, numbered in half order, (position, piece)
+        # each; and connections, (sender, receiver), numbered in order of first use.
         sends0 = np.flatnonzero((cols.kind == slots.SEND) & (cols.instance == 0))
         senders, receivers = cols.rank[sends0], cols.peer[sends0]
-        transfers = list(zip(cols.position[sends0].tolist(), cols.piece[sends0].tolist()))
-        self.conn_of: dict[tuple[int, int], tuple[int, int]] = dict(zip(
-            transfers, zip(senders.tolist(), receivers.tolist())))
+        self.transfer_count = len(sends0)
         width = 1 + int(max(senders.max(initial=0), receivers.max(initial=0)))
         _, first, conn = np.unique(senders * width + receivers, return_index=True, return_inverse=True)
         renumber = np.empty(len(first), dtype=np.int64)
         renumber[np.argsort(first, kind="stable")] = np.arange(len(first))
-        conn = renumber[conn.reshape(-1)]  # connection number of each transfer
+        self.conn = renumber[conn.reshape(-1)]  # connection number of each transfer
         order = np.argsort(first, kind="stable")
         self.conn_number = dict(zip(zip(senders[first[order]].tolist(), receivers[first[order]].tolist()),
                                     range(len(first))))
         self.ranks = 1 + max((max(c) for c in self.conn_number), default=0)
-        chains, chain_of = _chains(cols, sends0, ca, cb, np.asarray(self.places, dtype=np.int64))
-        self.chains = [[transfers[t] for t in c] for c in chains]
-        self.chain_uses = _chain_uses(chains, chain_of, conn, senders.tolist(), receivers.tolist())
+        # The transfer of each moving half (by its (position, piece)).
+        self.transfer_of_moving = _transfer_numbers(cols, sends0, moving)
+        # Chains, as lists of transfer numbers.
+        self.chains, chain_of = _chains(cols, sends0, ca, cb, np.asarray(self.places, dtype=np.int64))
+        self.chain_uses = _chain_uses(self.chains, chain_of, self.conn, senders.tolist(), receivers.tolist())
+
+
+def _transfer_numbers(cols: HalfArrays, sends0: np.ndarray, halves: np.ndarray) -> np.ndarray:
+    """The number of the transfer (a send of instance 0, as `sends0` lists them) with
+    the (position, piece) of each of `halves`."""
+    width = 1 + int(cols.piece.max(initial=0))
+    keys = cols.position[sends0] * width + cols.piece[sends0]
+    by_key = np.argsort(keys, kind="stable")
+    return by_key[np.searchsorted(keys[by_key], cols.position[halves] * width + cols.piece[halves])]
 
 
 def _chains(cols: HalfArrays, sends0: np.ndarray, ca: np.ndarray, cb: np.ndarray, places: np.ndarray
@@ -177,15 +180,9 @@ def _chains(cols: HalfArrays, sends0: np.ndarray, ca: np.ndarray, cb: np.ndarray
     count = len(sends0)
     if count == 0:
         return [], np.zeros(0, dtype=np.int64)
-    # Transfer number of a (position, piece) of instance 0.
-    width = 1 + int(cols.piece.max(initial=0))
-    keys = cols.position[sends0] * width + cols.piece[sends0]
-    by_key = np.argsort(keys, kind="stable")
-    sorted_keys = keys[by_key]
     linked = cols.instance[ca] == 0
-    a, b = ca[linked], cb[linked]
-    u = by_key[np.searchsorted(sorted_keys, cols.position[a] * width + cols.piece[a])]
-    v = by_key[np.searchsorted(sorted_keys, cols.position[b] * width + cols.piece[b])]
+    u = _transfer_numbers(cols, sends0, ca[linked])
+    v = _transfer_numbers(cols, sends0, cb[linked])
     parent = np.arange(count, dtype=np.int64)
     while True:
         pu, pv = parent[u], parent[v]
@@ -246,9 +243,9 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
     base = _assign_channels(cache, c)
     if base is None:
         return None
-    chans = list(map(base.__getitem__, cache.transfer))
+    chans = base[cache.transfer_of_moving]
     if instances > 1:
-        chans = [ch + j * c for ch, j in zip(chans, cache.instance)]
+        chans = chans + cache.instance * c
     per_rank = _build(halves, preds, chans, ranks, c, max_steps, cache)
     if per_rank is None:
         return None
@@ -257,7 +254,7 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
-def _assign_channels(cache: PlanCache, c: int) -> dict[tuple[int, int], int] | None:
+def _assign_channels(cache: PlanCache, c: int) -> np.ndarray | None:
     """Channel of every transfer (of instance 0), or None when the peer limits cannot hold.
 
     Each chain goes to the channel where its busiest connection would carry the fewest
@@ -266,26 +263,24 @@ def _assign_channels(cache: PlanCache, c: int) -> dict[tuple[int, int], int] | N
     a large cluster one chunk's chain can fan out from a rank to more peers than a
     channel holds) is placed one connection at a time, by the same rule: its forwards
     across two channels then do not fuse, which costs steps, not correctness."""
-    conn_of = cache.conn_of
     table = _ChannelTable(c, cache.ranks, len(cache.conn_number))
-    channel: dict[tuple[int, int], int] = {}
+    channel = np.zeros(cache.transfer_count, dtype=np.int64)
     for chain, uses in zip(cache.chains, cache.chain_uses):
         best = table.best(uses)
         if best >= 0:
             table.add(uses, best)
-            channel.update(dict.fromkeys(chain, best))
+            channel[chain] = best
             continue
         if len(uses.items) == 1:
             return None
+        members = np.asarray(chain, dtype=np.int64)
         for use in uses.items:
             one = _Uses([use])
             best = table.best(one)
             if best < 0:
                 return None
             table.add(one, best)
-            for t in chain:
-                if conn_of[t] == use[0]:
-                    channel[t] = best
+            channel[members[cache.conn[members] == use[1]]] = best
     return channel
 
 

@@ -118,22 +118,26 @@ def test_chains_are_the_components_of_the_candidate_links(name):
     split = split_schedule(SCHEDULES[name]())
     cache = PlanCache(split.halves, split.candidates, split.places, split.arrays)
     graph = nx.Graph()
-    transfer = {}
+    transfer = {}  # send half -> its transfer: (position, piece), numbered in half order
+    number = {}
     for h in split.halves:
         if h.kind is HalfKind.SEND and h.instance == 0:
             transfer[h.id] = (h.key.position, h.key.piece)
+            number[transfer[h.id]] = len(number)
             graph.add_node(transfer[h.id])
     for a, b in split.candidates:
         graph.add_edge(transfer[a - 1], transfer[b])
     place = {transfer[h]: split.places[h] for h in transfer}
     want = sorted((sorted(c, key=place.__getitem__) for c in nx.connected_components(graph)),
                   key=lambda c: place[c[0]])
-    assert cache.chains == want
+    assert cache.chains == [[number[t] for t in c] for c in want]
     # Each chain's connections, in order of first use, with their message counts.
+    conn_of = {number[transfer[h]]: (split.halves[h].rank, split.halves[h].peer) for h in transfer}
     for chain, uses in zip(cache.chains, cache.chain_uses):
-        counted = Counter(cache.conn_of[t] for t in chain)
+        counted = Counter(conn_of[t] for t in chain)
         assert [(conn, n) for conn, _, n in uses.items] == list(counted.items())
         assert all(cache.conn_number[conn] == i for conn, i, _ in uses.items)
+        assert all(cache.conn[t] == cache.conn_number[conn_of[t]] for t in chain)
 
 
 def _plain_runs(ops, max_count):
