@@ -530,15 +530,15 @@ def _largest(per_rank: list[list[_Tb]], cache: PlanCache) -> tuple[int, int, _Tb
     ca, cb = cache.candidate_arrays[:2]
     inside = (owner[ca] == owner[cb]) & (owner[ca] >= 0)
     a, b = ca[inside], cb[inside]
-    if len(np.unique(a)) == len(a) and len(np.unique(b)) == len(b):
-        fused = np.bincount(owner[a], minlength=len(tbs))
-    else:  # a half in two candidates: the first one counts (in candidate order)
-        fused = np.zeros(len(tbs), dtype=np.int64)
-        used: set[int] = set()
-        for x, y in zip(a.tolist(), b.tolist()):
-            if x not in used and y not in used:
-                fused[owner[x]] += 1
-                used.update((x, y))
+    # A half in two candidates: the first of them (in candidate order) with both halves
+    # still unused counts. Candidates that share no half with another count at once.
+    shared = _repeated(a) | _repeated(b)
+    fused = np.bincount(owner[a[~shared]], minlength=len(tbs))
+    used: set[int] = set()
+    for x, y in zip(a[shared].tolist(), b[shared].tolist()):
+        if x not in used and y not in used:
+            fused[owner[x]] += 1
+            used.update((x, y))
     steps = lengths - fused
     k = int(np.argmax(steps)) if len(steps) else 0
     if not len(steps) or steps[k] <= 0:
@@ -549,6 +549,12 @@ def _largest(per_rank: list[list[_Tb]], cache: PlanCache) -> tuple[int, int, _Tb
             return rank, most, t[k]
         k -= len(t)
     raise AssertionError("unreachable: k indexes the threadblocks")
+
+
+def _repeated(values: np.ndarray) -> np.ndarray:
+    """Per element, whether its value occurs more than once."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return counts[inverse.reshape(-1)] > 1
 
 
 def _finish(tbs: list[_Tb], places: tuple[int, ...], single_steps: list[LStep]) -> tuple[LThreadblock, ...]:

@@ -59,17 +59,18 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
     reads_src = (kind == SEND) | (kind == COPY) | (kind == REDUCE)
     reads_dst = (kind == REDUCE) | (kind == RECV_REDUCE)
     writes = kind != SEND
-    parts = []  # (half, slot, order within the half, is write)
+    parts = []  # (half, slot, is write), in half order, each part's slots in order
     for mask, where, phase in ((reads_src, src, 0), (reads_dst, dst, 1), (writes, dst, 2)):
-        h, slot, k = _expand(ids[mask], where[mask], count[mask])
-        parts.append((h, slot, phase * (1 << 20) + k, np.full(len(h), phase == 2)))
+        h, slot, _ = _expand(ids[mask], where[mask], count[mask])
+        parts.append((h, slot, np.full(len(h), phase == 2)))
     half = np.concatenate([p[0] for p in parts])
     slot = np.concatenate([p[1] for p in parts])
-    within = np.concatenate([p[2] for p in parts])
-    is_write = np.concatenate([p[3] for p in parts])
+    is_write = np.concatenate([p[2] for p in parts])
     # Events in the order the sequential walk meets them (half, then its accesses in
-    # order), then grouped by slot, keeping that order inside each slot.
-    walk = np.lexsort((within, half))
+    # order), then grouped by slot, keeping that order inside each slot. The parts are
+    # each in half order and follow each other in access order, so a stable sort by half
+    # alone gives the walk (and merges three sorted runs: linear).
+    walk = np.argsort(half, kind="stable")
     half, slot, is_write = half[walk], slot[walk], is_write[walk]
     by_slot = np.argsort(slot, kind="stable")
     e_half, e_slot, e_write = half[by_slot], slot[by_slot], is_write[by_slot]
@@ -114,7 +115,7 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
     p_sub = np.concatenate([a_sub, b_sub])
     keep = p_pred != p_half
     p_half, p_pred, p_at, p_sub = p_half[keep], p_pred[keep], p_at[keep], p_sub[keep]
-    order = np.lexsort((p_sub, p_at))  # p_at orders by half too: the walk is half-major
+    order = np.argsort(p_at * (m + 1) + p_sub)  # p_at orders by half too: the walk is half-major
     p_half, p_pred = p_half[order], p_pred[order]
     # Each predecessor once per half, at its first place.
     _, first = np.unique(p_half * n + p_pred, return_index=True)
