@@ -121,6 +121,7 @@ class PlanCache:
     def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]],
                  places: Sequence[int] | None = None, arrays: HalfArrays | None = None):
         self.places = key_places(halves) if places is None else places
+        self.place_array = np.asarray(self.places, dtype=np.int64)
         cols = half_arrays(halves) if arrays is None else arrays
         kinds = cols.kind.tolist()
         # The one-half step of each half, as `_finish` puts it in a threadblock (every
@@ -134,7 +135,7 @@ class PlanCache:
         self.instance = cols.instance[moving]
         self.halves = len(cols.kind)
         local = np.flatnonzero(cols.peer < 0)
-        self.local = local[np.argsort(np.asarray(self.places, dtype=np.int64)[local], kind="stable")].tolist()
+        self.local = local[np.argsort(self.place_array[local], kind="stable")].tolist()
         self.moving_arrays = (moving, cols.rank[moving], cols.peer[moving], cols.kind[moving] == slots.SEND)
         # Fusion candidates (receive, send), and (rank, receive peer, send peer) of each.
         cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
@@ -157,7 +158,7 @@ class PlanCache:
         # The transfer of each moving half (by its (position, piece)).
         self.transfer_of_moving = _transfer_numbers(cols, sends0, moving)
         # Chains, as lists of transfer numbers.
-        self.chains, chain_of = _chains(cols, sends0, ca, cb, np.asarray(self.places, dtype=np.int64))
+        self.chains, chain_of = _chains(cols, sends0, ca, cb, self.place_array)
         self.chain_uses = _chain_uses(self.chains, chain_of, self.conn, senders.tolist(), receivers.tolist())
 
 

@@ -15,7 +15,6 @@ when it keeps the two properties the threadblock order guarantees (see
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -36,33 +35,36 @@ def fuse(program: Program) -> Program:
     candidates = program.candidates
     if candidates is None:
         candidates = fusion_candidates(program.halves, program.preds)
-    # Only a candidate whose receive and send share a threadblock can fuse: group those
-    # by threadblock (each step holds one half at this stage), receives in key order and
-    # the sends of each receive in key order.
+    # Only a candidate whose receive and send share a threadblock, and whose send waits
+    # for nothing at or after its receive (other than the receive), can fuse: group
+    # those by threadblock (each step holds one half at this stage), receives in key
+    # order and the sends of each receive in key order.
     halves = program.halves
     tbs = [tb for g in program.gpus for tb in g.tbs]
-    first = [step.halves[0] for tb in tbs for step in tb.steps]
-    lengths = [len(tb.steps) for tb in tbs]
-    owner_of = np.full(len(halves), -1, dtype=np.int64)
-    owner_of[first] = np.repeat(np.arange(len(tbs), dtype=np.int64), lengths)
-    owner = owner_of.tolist()
-    place = program.key_places()
-    inside: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)  # tb -> (place of a, of b, a, b)
-    for a, b in candidates:
-        t = owner[a]
-        if t >= 0 and owner[b] == t:
-            inside[t].append((place[a], place[b], a, b))
+    first = np.fromiter((step.halves[0] for tb in tbs for step in tb.steps), np.int64)
+    lengths = np.fromiter(map(len, (tb.steps for tb in tbs)), np.int64, len(tbs))
+    owner = np.full(len(halves), -1, dtype=np.int64)
+    owner[first] = np.repeat(np.arange(len(tbs), dtype=np.int64), lengths)
+    place = program.places_array()
+    ca, cb = program.candidate_pairs(candidates)
+    keep = (owner[ca] >= 0) & (owner[ca] == owner[cb]) & _waits_before_receive(program, ca, cb, place)
+    ca, cb = ca[keep], cb[keep]
+    t = owner[ca]
+    order = np.lexsort((place[cb], place[ca], t))
+    t, ca, cb = t[order], ca[order], cb[order]
+    pairs = list(zip(place[ca].tolist(), place[cb].tolist(), ca.tolist(), cb.tolist()))
+    pair_bounds = np.searchsorted(t, np.arange(len(tbs) + 1)).tolist()
     # Places of each threadblock's sends, sorted.
-    first_halves = np.asarray(first, dtype=np.int64)
-    sent = first_halves[halves.kind[first_halves] == HALF_KINDS.index(HalfKind.SEND)]
-    sent_places = np.asarray(place, dtype=np.int64)[sent]
-    sent_owner = owner_of[sent]
+    sent = first[halves.kind[first] == HALF_KINDS.index(HalfKind.SEND)]
+    sent_places = place[sent]
+    sent_owner = owner[sent]
     order = np.lexsort((sent_places, sent_owner))
     bounds = np.searchsorted(sent_owner[order], np.arange(len(tbs) + 1)).tolist()
     sorted_places = sent_places[order].tolist()
     sole = dict(program.sole_readers)
-    fused_tbs = iter([_fuse_tb(tb, program, sorted(inside[t]), sole, sorted_places[bounds[t]:bounds[t + 1]])
-                      if t in inside else tb for t, tb in enumerate(tbs)])
+    fused_tbs = iter([_fuse_tb(tb, program, pairs[pair_bounds[k]:pair_bounds[k + 1]], sole,
+                               sorted_places[bounds[k]:bounds[k + 1]])
+                      if pair_bounds[k] != pair_bounds[k + 1] else tb for k, tb in enumerate(tbs)])
     gpus = tuple(replace(g, tbs=tuple(next(fused_tbs) for _ in g.tbs)) for g in program.gpus)
     return replace(program, gpus=gpus, stage=Stage.FUSED)
 
@@ -70,30 +72,25 @@ def fuse(program: Program) -> Program:
 def _fuse_tb(tb: LThreadblock, program: Program, pairs: list[tuple[int, int, int, int]], sole: dict[int, int],
              send_places: list[int]) -> LThreadblock:
     """`pairs`: (place of a, place of b, receive a, send b) of the candidates inside the
-    threadblock, sorted: receives in key order, each receive's sends in key order.
+    threadblock whose send waits for nothing at or after its receive, sorted: receives
+    in key order, each receive's sends in key order.
     `send_places`: the places of the threadblock's sends, sorted. They are in message
     order too (all go to the one send peer on the one channel), and fusing keeps them so."""
-    kinds, preds = program.halves.kind, program.preds
-    place = program.key_places()  # integer ranks of the halves' keys
+    kinds = program.halves.kind
     partner: dict[int, int] = {}  # receive -> fused send
     fused_sends: set[int] = set()
     bisect_right = bisect.bisect_right
     for at, bt, a, b in pairs:
         if a in partner or b in fused_sends:
             continue
-        # The fused step runs at a's place: b may wait for nothing at or after it.
-        for p in preds[b]:
-            if p != a and place[p] >= at:
-                break
-        else:
-            # The send moves from its own place back to a's. A send placed in between
-            # carries an earlier message than b's and would then leave after it.
-            lo = bisect_right(send_places, at)
-            if send_places[lo] != bt:
-                continue
-            partner[a] = b
-            fused_sends.add(b)
-            send_places[lo] = at  # b's place moves to a's: no send lies between them
+        # The send moves from its own place back to a's. A send placed in between
+        # carries an earlier message than b's and would then leave after it.
+        lo = bisect_right(send_places, at)
+        if send_places[lo] != bt:
+            continue
+        partner[a] = b
+        fused_sends.add(b)
+        send_places[lo] = at  # b's place moves to a's: no send lies between them
     if not partner:  # nothing fused: the steps stay as they are
         return tb
     steps = []
@@ -106,6 +103,29 @@ def _fuse_tb(tb: LThreadblock, program: Program, pairs: list[tuple[int, int, int
         elif h not in fused_sends:
             steps.append(step)
     return LThreadblock(tb.id, tb.send, tb.recv, tb.chan, tuple(steps))
+
+
+def _waits_before_receive(program: Program, ca: np.ndarray, cb: np.ndarray, place: np.ndarray) -> np.ndarray:
+    """Per candidate (receive a, send b): whether every half b must follow, other than
+    a, comes before a (the fused step runs at a's place)."""
+    half, pred = program.predecessor_pairs()
+    ok = np.ones(len(ca), dtype=bool)
+    if not len(ca):
+        return ok
+    # The candidates of each send, found by binary search on the sends sorted.
+    by_send = np.argsort(cb, kind="stable")
+    sends = cb[by_send]
+    lo = np.searchsorted(sends, half, side="left")
+    hi = np.searchsorted(sends, half, side="right")
+    single = hi - lo == 1  # the usual case: the pair's half is the send of one candidate
+    c = by_send[np.minimum(lo, len(sends) - 1)]
+    bad = single & (pred != ca[c]) & (place[pred] >= place[ca[c]])
+    ok[c[bad]] = False
+    for k in np.flatnonzero(hi - lo > 1).tolist():  # a send in several candidates
+        for j in by_send[lo[k]:hi[k]].tolist():
+            if pred[k] != ca[j] and place[pred[k]] >= place[ca[j]]:
+                ok[j] = False
+    return ok
 
 
 _RECV = HALF_KINDS.index(HalfKind.RECV)

@@ -46,6 +46,9 @@ class Halves:
     places: tuple[int, ...]
     # The fields the threadblock planning reads, as arrays.
     arrays: HalfArrays
+    # `candidates` and `preds` as arrays: (receives, sends) and (half, predecessor).
+    candidate_arrays: tuple[np.ndarray, np.ndarray]
+    pred_pairs: tuple[np.ndarray, np.ndarray]
 
 
 def buffer_sizes(schedule: Schedule, inplace: bool, instances: int) -> tuple[tuple[int, int, int], ...]:
@@ -96,7 +99,8 @@ def split_schedule(schedule: Schedule, inplace: bool = False, instances: int = 1
     halves = _half_table(cols, fresh, origin)
     return Halves(halves, preds, sole_readers, buffer_sizes(schedule, inplace, instances),
                   tuple(zip(candidates[0].tolist(), candidates[1].tolist())), tuple(places.tolist()),
-                  HalfArrays(cols.kind, cols.rank, cols.peer, cols.position, cols.piece, cols.instance))
+                  HalfArrays(cols.kind, cols.rank, cols.peer, cols.position, cols.piece, cols.instance),
+                  candidates, (pair_half, pair_pred))
 
 
 @dataclass

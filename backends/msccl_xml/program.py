@@ -256,10 +256,37 @@ class Program:
     # compare integers rather than keys; None: not given (computed on first use).
     places: tuple[int, ...] | None = None
 
+    # The same as arrays where msccl-threadblocks has them: places, candidates (receives,
+    # sends) and predecessor pairs (half, predecessor); None: derived on first use.
+    place_array: np.ndarray | None = None
+    candidate_arrays: tuple[np.ndarray, np.ndarray] | None = None
+    pred_pairs: tuple[np.ndarray, np.ndarray] | None = None
+
     def key_places(self) -> tuple[int, ...]:
         if self.places is None:
             object.__setattr__(self, "places", key_places(self.halves))  # a cache of what the halves fix
         return self.places
+
+    def places_array(self) -> np.ndarray:
+        if self.place_array is None:
+            object.__setattr__(self, "place_array", np.asarray(self.key_places(), dtype=np.int64))
+        return self.place_array
+
+    def candidate_pairs(self, candidates: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates as (receives, sends) arrays."""
+        if self.candidate_arrays is not None:
+            return self.candidate_arrays
+        table = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
+        return table[:, 0].copy(), table[:, 1].copy()
+
+    def predecessor_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(half, predecessor) of every entry of `preds`, by half."""
+        if self.pred_pairs is None:
+            counts = np.fromiter(map(len, self.preds), np.int64, len(self.preds))
+            pred = np.fromiter(itertools.chain.from_iterable(self.preds), np.int64, int(counts.sum()))
+            half = np.repeat(np.arange(len(self.preds), dtype=np.int64), counts)
+            object.__setattr__(self, "pred_pairs", (half, pred))
+        return self.pred_pairs
 
     @property
     def nchannels(self) -> int:

@@ -68,7 +68,8 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
             halves=halves, preds=split.preds, sole_readers=tuple(sorted(split.sole_readers.items())),
             gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED,
-            candidates=split.candidates, places=split.places)
+            candidates=split.candidates, places=split.places, place_array=cache.place_array,
+            candidate_arrays=split.candidate_arrays, pred_pairs=split.pred_pairs)
         # Fusing and dependencies decide the final length of each threadblock; both are
         # deterministic, so the passes that follow reproduce exactly what is measured here.
         steps, where = _longest(order_steps(fuse(program)))
