@@ -94,7 +94,8 @@ class _Layout:
         step_halves = [step.halves for tb in tbs for step in tb.steps]
         self.steps = len(step_halves)
         self.tb_of_step = np.repeat(np.arange(len(tbs), dtype=np.int64), per_tb)
-        self.index = np.arange(self.steps, dtype=np.int64) - np.repeat(np.asarray(self.tb_start, dtype=np.int64), per_tb)
+        starts = np.asarray(self.tb_start, dtype=np.int64)
+        self.index = np.arange(self.steps, dtype=np.int64) - np.repeat(starts, per_tb)
         counts = np.fromiter(map(len, step_halves), np.int64, self.steps)
         flat = np.fromiter(chain.from_iterable(step_halves), np.int64, int(counts.sum()))
         self.step_of_half = np.full(len(program.halves), -1, dtype=np.int64)

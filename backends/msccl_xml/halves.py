@@ -12,6 +12,11 @@ follow every earlier half of its rank that wrote a slot it touches and every ear
 reader of a slot it writes. In a verified schedule each such pair is ordered by the
 dependency graph, so "earlier" in schedule order is the graph's order; and a dependency
 between ops on disjoint ranks (which MSCCL cannot express) is never needed for the data.
+
+Everything here works on integer arrays, one per field: the ops' fields are read once,
+each op becomes one or two half rows (`np.repeat`), and the slot analysis, fusion
+candidates, forwards-first order and key places are array operations (`slots.py`). The
+halves stay columns (`program.HalfTable`).
 """
 
 from __future__ import annotations

@@ -45,8 +45,9 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
                   ) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
     """(half, predecessor) pairs: per half, the earlier halves of its rank it conflicts
     with, by half and then in the order the sequential walk finds them (per access, the
-    slot's last writer, then for a write the slot's readers since), each once; and, for receive-reduce halves whose stored sum exactly one
-    later half reads (and nobody needs at the end), that reader. `needed`: the codes of
+    slot's last writer, then for a write the slot's readers since), each once; and, for
+    receive-reduce halves whose stored sum exactly one later half reads (and nobody
+    needs at the end), that reader. `needed`: the codes of
     the slots the postcondition names."""
     n = len(kind)
     ids = np.arange(n, dtype=np.int64)
