@@ -118,10 +118,7 @@ def _cross_needs(program: Program, layout: _Layout) -> dict[int, dict[int, int]]
     """Per step (global number) that must follow a step of another threadblock: that
     threadblock (global number) -> the last of its steps it must follow (from the
     halves' predecessors). Only such steps can be waited for."""
-    preds = program.preds
-    counts = np.fromiter(map(len, preds), np.int64, len(preds))
-    pred = np.fromiter(chain.from_iterable(preds), np.int64, int(counts.sum()))
-    half = np.repeat(np.arange(len(preds), dtype=np.int64), counts)
+    half, pred = program.predecessor_pairs()
     hs, ps = layout.step_of_half[half], layout.step_of_half[pred]
     th, tp = layout.tb_of_step[hs], layout.tb_of_step[ps]
     same = th == tp
@@ -161,13 +158,14 @@ def _waits(program: Program, layout: _Layout, needs: dict[int, dict[int, int]]) 
         return {}
     gpu = layout.gpu_of_tb[layout.tb_of_step[visit]]
     visit = visit[np.lexsort((layout.place[visit], gpu))].tolist()
-    place, tb_of_step, index = layout.place, layout.tb_of_step, layout.index
-    local, gpu_of_tb, tb_start = layout.local_tb, layout.gpu_of_tb, layout.tb_start
+    # Lists: the loop reads single entries (a list's are Python ints already).
+    place, tb_of_step, index = layout.place.tolist(), layout.tb_of_step.tolist(), layout.index.tolist()
+    local, gpu_of_tb, tb_start = layout.local_tb.tolist(), layout.gpu_of_tb.tolist(), layout.tb_start
     current: dict[int, np.ndarray] = {}
     kept: dict[int, np.ndarray] = {}
     waits: dict[int, list[int]] = {}
     for s in visit:
-        t = int(tb_of_step[s])
+        t = tb_of_step[s]
         known = current.get(t)
         if known is None:
             known = current[t] = np.full(layout.tbs_per_gpu[gpu_of_tb[t]], -1, dtype=np.int64)
@@ -177,12 +175,12 @@ def _waits(program: Program, layout: _Layout, needs: dict[int, dict[int, int]]) 
             mine: list[int] = []
             targets = [tb_start[wt] + wi for wt, wi in need.items()]
             for target in sorted(targets, key=place.__getitem__, reverse=True):
-                wt = int(tb_of_step[target])
+                wt = tb_of_step[target]
                 if known[local[wt]] >= index[target]:
                     continue
                 if place[target] >= at:
-                    raise RuntimeError(f"GPU {int(gpu_of_tb[t])} tb {int(local[t])} step {int(index[s])} would "
-                                       "wait for a later step")
+                    raise RuntimeError(f"GPU {gpu_of_tb[t]} tb {local[t]} step {index[s]} would wait for a later "
+                                       "step")
                 mine.append(target)
                 known = np.maximum(known, kept[target])
             if mine:
@@ -192,11 +190,12 @@ def _waits(program: Program, layout: _Layout, needs: dict[int, dict[int, int]]) 
         if s in may_wait_for:
             known[local[t]] = index[s]
             kept[s] = known.copy()
-    touched = np.zeros(len(layout.tb_start), dtype=bool)
+    touched = [False] * len(layout.tb_start)
     for s, ws in waits.items():
         touched[tb_of_step[s]] = True
-        touched[tb_of_step[ws]] = True
-    layout.touched = touched.tolist()
+        for w in ws:
+            touched[tb_of_step[w]] = True
+    layout.touched = touched
     return waits
 
 
