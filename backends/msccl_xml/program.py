@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache, wraps
 from typing import Callable, NamedTuple, TypeVar
@@ -258,9 +258,10 @@ class Program:
 
     # The same as arrays where msccl-threadblocks has them: places, candidates (receives,
     # sends) and predecessor pairs (half, predecessor); None: derived on first use.
-    place_array: np.ndarray | None = None
-    candidate_arrays: tuple[np.ndarray, np.ndarray] | None = None
-    pred_pairs: tuple[np.ndarray, np.ndarray] | None = None
+    # (Caches of `places`, `candidates` and `preds`: not compared, not shown.)
+    place_array: np.ndarray | None = field(default=None, compare=False, repr=False)
+    candidate_arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
+    pred_pairs: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     def key_places(self) -> tuple[int, ...]:
         if self.places is None:
