@@ -12,6 +12,7 @@ from collections import Counter
 
 import msccl_xml_schedules as ms
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -198,3 +199,50 @@ def test_merge_cuts_a_long_contiguous_run_greedily():
     # Greedy: 2+3 | 1+4 | 1+1+2.
     assert [(op.src.index, op.count) for op in merged.ops] == [(0, 5), (5, 5), (10, 4)]
     assert [op.id for op in merged.ops] == [0, 2, 4]
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_half_table_rows_are_the_halves_its_columns_describe(name):
+    split = split_schedule(SCHEDULES[name](), instances=2)
+    table = split.halves
+    rows = list(table)
+    assert len(rows) == len(table) and [h.id for h in rows] == list(range(len(table)))
+    assert rows[5] == table[5] and rows[-1] == table[-1] and table[1:4] == rows[1:4]
+    with pytest.raises(IndexError):
+        table[len(table)]
+    for h in rows:
+        assert h.src.index == table.src_index[h.id] and h.dst.index == table.dst_index[h.id]
+        assert h.key.step == table.step[h.id] and h.count == table.count[h.id] and h.op == table.op[h.id]
+        # A send precedes its receive in time: the phases of the key say so.
+        if h.kind is HalfKind.SEND:
+            assert table[h.id + 1].key > h.key
+
+
+class _Preds:
+    """What `_waits_before_receive` reads of a program: its predecessor pairs."""
+
+    def __init__(self, preds: list[list[int]]):
+        self.preds = preds
+
+    def predecessor_pairs(self):
+        half = np.array([h for h, ps in enumerate(self.preds) for _ in ps], dtype=np.int64)
+        pred = np.array([p for ps in self.preds for p in ps], dtype=np.int64)
+        return half, pred
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fusion_predecessor_test_matches_the_plain_rule(seed):
+    from collc.backends.msccl_xml.fuse import _waits_before_receive
+    rng = np.random.default_rng(seed)
+    n = 60
+    preds = [sorted(set(rng.integers(0, n, rng.integers(0, 4)).tolist()) - {h}) for h in range(n)]
+    # Candidates (receive a, send b) with a among b's predecessors; some sends in two.
+    candidates = [(a, b) for b in range(n) for a in preds[b][:2] if rng.random() < 0.7]
+    ca = np.array([a for a, _ in candidates], dtype=np.int64)
+    cb = np.array([b for _, b in candidates], dtype=np.int64)
+    place = rng.permutation(n)
+    got = _waits_before_receive(_Preds(preds), ca, cb, place).tolist()
+    want = [all(p == a or place[p] < place[a] for p in preds[b]) for a, b in candidates]
+    assert got == want
+    assert True in want and False in want
+    assert len(set(cb.tolist())) < len(cb)  # the several-candidates branch ran
