@@ -26,8 +26,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from collc.backends.msccl_xml.model import BufferName, Protocol, StepType, XmlAlgo, XmlGpu, XmlStep, XmlThreadblock
-from collc.backends.msccl_xml.program import ROOTED, Half, LStep, Program, Stage
+from collc.backends.msccl_xml.program import ROOTED, LStep, Program, Stage, collections_paused
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -43,9 +45,9 @@ def assemble(program: Program, *, proto: Protocol = Protocol.SIMPLE, min_bytes: 
         raise CollcError(f"msccl-assemble: maxBytes={max_bytes} is below minBytes={min_bytes}; no message size "
                          "would select the file (maxBytes=0 means no upper limit)")
     gpus = []
-    halves = program.halves
+    operands = _Operands(program)
     for g in program.gpus:
-        tbs = [XmlThreadblock(tb.id, tb.send, tb.recv, tb.chan, _steps(tb.steps, halves)) for tb in g.tbs]
+        tbs = [XmlThreadblock(tb.id, tb.send, tb.recv, tb.chan, _steps(tb.steps, operands)) for tb in g.tbs]
         gpus.append(XmlGpu(g.rank, g.i_chunks, g.o_chunks, g.s_chunks, tbs))
     extra = {}
     if program.collective.kind in ROOTED:
@@ -70,19 +72,35 @@ def algo_name(base: str, program: Program) -> str:
 _OWN_OPERANDS = frozenset((StepType.SEND, StepType.RECV, StepType.RECV_COPY_SEND, StepType.COPY, StepType.REDUCE))
 
 
-def _steps(steps: tuple[LStep, ...], halves: tuple[Half, ...]) -> list[XmlStep]:
+class _Operands:
+    """Per step of the program, in order (gpu, threadblock, step), the operands of its
+    first half: found for all steps at once from the half columns, then handed out one
+    by one as `_steps` writes them."""
+
+    def __init__(self, program: Program):
+        halves = program.halves
+        first = np.fromiter((step.halves[0] if step.halves else 0 for g in program.gpus for tb in g.tbs
+                             for step in tb.steps), np.int64)
+        names = (BufferName.INPUT, BufferName.OUTPUT, BufferName.SCRATCH)
+        self.rows = zip(map(names.__getitem__, halves.src_buffer[first].tolist()), halves.src_index[first].tolist(),
+                        map(names.__getitem__, halves.dst_buffer[first].tolist()), halves.dst_index[first].tolist(),
+                        halves.count[first].tolist())
+
+
+def _steps(steps: tuple[LStep, ...], operands: _Operands) -> list[XmlStep]:
     """The XML steps of a threadblock (one loop: it runs once per step)."""
     out = []
     nop, own = StepType.NOP, _OWN_OPERANDS
-    for s, step in enumerate(steps):
+    rows = operands.rows
+    for s, (step, (sb, si, db, di, count)) in enumerate(zip(steps, rows)):
         kind = step.type
         depid, deps = step.wait if step.wait is not None else (-1, -1)
         if kind is nop:
             out.append(XmlStep(s, nop, BufferName.INPUT, -1, BufferName.OUTPUT, -1, 0, depid, deps, False))
-            continue
-        first = halves[step.halves[0]]
-        src, dst = (first.src if kind in own else first.dst), first.dst
-        out.append(XmlStep(s, kind, src[0], src[1], dst[0], dst[1], first.count, depid, deps, step.hasdep))
+        elif kind in own:
+            out.append(XmlStep(s, kind, sb, si, db, di, count, depid, deps, step.hasdep))
+        else:
+            out.append(XmlStep(s, kind, db, di, db, di, count, depid, deps, step.hasdep))
     return out
 
 
@@ -95,6 +113,7 @@ class AssembleAlgo(Pass):
     min_bytes: int = 0
     max_bytes: int = 0  # 0: no upper limit
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         if not isinstance(unit.lowered, Program):
             raise CollcError(f"{self.name} needs the MSCCL lowered program; run msccl-threadblocks, msccl-fuse "

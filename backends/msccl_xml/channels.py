@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places
+from collc.backends.msccl_xml import slots
+from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places, make_step
 from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
@@ -61,7 +62,6 @@ class _Tb:
 class TbPlan:
     channels_per_instance: int
     tbs: tuple[tuple[LThreadblock, ...], ...]  # per rank
-    channel_of: dict[int, int]  # half id -> channel
     # The longest threadblock if every fusion candidate inside one is fused and no nop
     # step is needed: a lower bound on its final length.
     least_steps: int
@@ -77,15 +77,41 @@ def check_counts(instances: int, channels: int) -> None:
                          f"{channels * instances} channels; MSCCL has at most {MAX_CHANNELS}")
 
 
-def channel_counts(halves: tuple[Half, ...], instances: int, channels: int, max_steps: int) -> list[int]:
+def channel_counts(arrays: HalfArrays, instances: int, channels: int, max_steps: int) -> list[int]:
     """Channel counts (per instance) worth trying, fewest first: the given one, or from
     the least that could hold the busiest connection up to all there are."""
     limit = MAX_CHANNELS // instances
     if channels:
         return [channels]
-    busiest = max(Counter((h.rank, h.peer) for h in halves if h.kind is HalfKind.SEND and h.instance == 0
-                          ).values(), default=0)
+    sends = (arrays.kind == slots.SEND) & (arrays.instance == 0)
+    _, per_connection = np.unique(arrays.rank[sends] * (1 + int(arrays.peer.max(initial=0))) + arrays.peer[sends],
+                                  return_counts=True)
+    busiest = int(per_connection.max(initial=0))
     return list(range(max(1, min(limit, -(-busiest // max(1, max_steps)))), limit + 1))
+
+
+@dataclass(frozen=True)
+class HalfArrays:
+    """The fields of the halves the planning reads, one integer array each (kinds as
+    `slots.SEND` ... codes)."""
+
+    kind: np.ndarray
+    rank: np.ndarray
+    peer: np.ndarray
+    position: np.ndarray
+    piece: np.ndarray
+    instance: np.ndarray
+
+
+_KIND_CODE = {HalfKind.SEND: slots.SEND, HalfKind.RECV: slots.RECV, HalfKind.RECV_REDUCE: slots.RECV_REDUCE,
+              HalfKind.COPY: slots.COPY, HalfKind.REDUCE: slots.REDUCE}
+
+
+def half_arrays(halves: Sequence[Half]) -> HalfArrays:
+    """HalfArrays of Half objects (split_schedule gives them directly)."""
+    rows = [(_KIND_CODE[h.kind], h.rank, h.peer, h.key.position, h.key.piece, h.instance) for h in halves]
+    table = np.array(rows, dtype=np.int64).reshape(len(rows), 6)
+    return HalfArrays(*(table[:, k].copy() for k in range(6)))
 
 
 class PlanCache:
@@ -93,33 +119,115 @@ class PlanCache:
     the chains, and the matchings of `_pair` (see `_matching`)."""
 
     def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]],
-                 places: tuple[int, ...] | None = None):
+                 places: Sequence[int] | None = None, arrays: HalfArrays | None = None):
         self.places = key_places(halves) if places is None else places
+        self.place_array = np.asarray(self.places, dtype=np.int64)
+        cols = half_arrays(halves) if arrays is None else arrays
+        kinds = cols.kind.tolist()
         # The one-half step of each half, as `_finish` puts it in a threadblock (every
         # channel count tried gives each half this same step).
-        self.single_steps = [LStep(_STEP_TYPE[h.kind], (h.id,)) for h in halves]
-        self.chains = _chains(halves, candidates, self.places)
+        step_of = [_STEP_TYPE[k] for k in (HalfKind.SEND, HalfKind.RECV, HalfKind.RECV_REDUCE, HalfKind.COPY,
+                                           HalfKind.REDUCE)]
+        self.single_steps = [make_step(step_of[k], (h,)) for h, k in enumerate(kinds)]
         self.matchings: dict[tuple, list[tuple[int, int]]] = {}
-        # Every half of a transfer, in order: id, (position, piece) of its transfer,
-        # instance, rank, peer, whether it sends.
-        self.moving = [h.id for h in halves if h.peer >= 0]
-        self.transfer = [(halves[h].key.position, halves[h].key.piece) for h in self.moving]
-        self.instance = [halves[h].instance for h in self.moving]
-        self.rank = [halves[h].rank for h in self.moving]
-        self.peer = [halves[h].peer for h in self.moving]
-        self.sends = [halves[h].kind is HalfKind.SEND for h in self.moving]
-        # (rank, receive peer, send peer) of each fusion candidate.
-        self.candidate_peers = [(halves[a].rank, halves[a].peer, halves[b].peer) for a, b in candidates]
-        # Connections: (sender, receiver) of each transfer of instance 0, numbered.
-        self.conn_of: dict[tuple[int, int], tuple[int, int]] = {}
-        for h in halves:
-            if h.kind is HalfKind.SEND and h.instance == 0:
-                self.conn_of[(h.key.position, h.key.piece)] = (h.rank, h.peer)
-        self.conn_number = {conn: i for i, conn in enumerate(dict.fromkeys(self.conn_of.values()))}
-        self.ranks = 1 + max((max(conn) for conn in self.conn_number), default=0)
-        conn_of, number = self.conn_of, self.conn_number
-        self.chain_uses = [_Uses([(conn, number[conn], n) for conn, n in Counter(map(conn_of.__getitem__, chain)).items()])
-                           for chain in self.chains]
+        # Every half of a transfer, in order: its instance.
+        moving = np.flatnonzero(cols.peer >= 0)
+        self.instance = cols.instance[moving]
+        self.halves = len(cols.kind)
+        local = np.flatnonzero(cols.peer < 0)
+        self.local = local[np.argsort(self.place_array[local], kind="stable")].tolist()
+        self.moving_arrays = (moving, cols.rank[moving], cols.peer[moving], cols.kind[moving] == slots.SEND)
+        # Fusion candidates (receive, send), and (rank, receive peer, send peer) of each.
+        cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
+        ca, cb = cand[:, 0], cand[:, 1]
+        self.candidate_arrays = (ca, cb, cols.rank[ca], cols.peer[ca], cols.peer[cb])
+        # Transfers: the sends of instance 0, numbered in half order, (position, piece)
+        # each; and connections, (sender, receiver), numbered in order of first use.
+        sends0 = np.flatnonzero((cols.kind == slots.SEND) & (cols.instance == 0))
+        senders, receivers = cols.rank[sends0], cols.peer[sends0]
+        self.transfer_count = len(sends0)
+        width = 1 + int(max(senders.max(initial=0), receivers.max(initial=0)))
+        _, first, conn = np.unique(senders * width + receivers, return_index=True, return_inverse=True)
+        renumber = np.empty(len(first), dtype=np.int64)
+        renumber[np.argsort(first, kind="stable")] = np.arange(len(first))
+        self.conn = renumber[conn.reshape(-1)]  # connection number of each transfer
+        order = np.argsort(first, kind="stable")
+        self.conn_number = dict(zip(zip(senders[first[order]].tolist(), receivers[first[order]].tolist()),
+                                    range(len(first))))
+        self.ranks = 1 + max((max(c) for c in self.conn_number), default=0)
+        # The transfer of each moving half (by its (position, piece)).
+        self.transfer_of_moving = _transfer_numbers(cols, sends0, moving)
+        # Chains, as lists of transfer numbers.
+        self.chains, chain_of = _chains(cols, sends0, ca, cb, self.place_array)
+        self.chain_uses = _chain_uses(self.chains, chain_of, self.conn, senders.tolist(), receivers.tolist())
+
+
+def _transfer_numbers(cols: HalfArrays, sends0: np.ndarray, halves: np.ndarray) -> np.ndarray:
+    """The number of the transfer (a send of instance 0, as `sends0` lists them) with
+    the (position, piece) of each of `halves`."""
+    width = 1 + int(cols.piece.max(initial=0))
+    keys = cols.position[sends0] * width + cols.piece[sends0]
+    by_key = np.argsort(keys, kind="stable")
+    return by_key[np.searchsorted(keys[by_key], cols.position[halves] * width + cols.piece[halves])]
+
+
+def _chains(cols: HalfArrays, sends0: np.ndarray, ca: np.ndarray, cb: np.ndarray, places: np.ndarray
+            ) -> tuple[list[list[int]], np.ndarray]:
+    """Transfers of instance 0 (numbered as `sends0` lists their sends) grouped into
+    chains in time order, and the chain of each transfer in the flattened order.
+
+    The chains are the connected components of the candidate links, found by hooking
+    roots and halving paths over arrays (a few rounds: each halves the longest path)."""
+    count = len(sends0)
+    if count == 0:
+        return [], np.zeros(0, dtype=np.int64)
+    linked = cols.instance[ca] == 0
+    u = _transfer_numbers(cols, sends0, ca[linked])
+    v = _transfer_numbers(cols, sends0, cb[linked])
+    parent = np.arange(count, dtype=np.int64)
+    while True:
+        pu, pv = parent[u], parent[v]
+        differ = pu != pv
+        if not differ.any():
+            break
+        np.minimum.at(parent, np.maximum(pu, pv)[differ], np.minimum(pu, pv)[differ])
+        while True:  # point every transfer at its root
+            up = parent[parent]
+            if (up == parent).all():
+                break
+            parent = up
+    # The place of each transfer's send half: sends differ from each other only in the
+    # part of the key both ends share (`HalfKey.message`), so this orders the messages.
+    message = places[sends0]
+    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, parent, message)
+    order = np.lexsort((message, first[parent]))  # chains by their first message, each in time order
+    roots = parent[order]
+    bounds = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1], True])
+    flat = order.tolist()
+    chains = [flat[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+    chain_of = np.repeat(np.arange(len(chains), dtype=np.int64), np.diff(bounds))
+    return chains, chain_of
+
+
+def _chain_uses(chains: list[list[int]], chain_of: np.ndarray, conn: np.ndarray, senders: list[int],
+                receivers: list[int]) -> list[_Uses]:
+    """The connections each chain uses, in order of first use, with its message count."""
+    if not chains:
+        return []
+    flat = np.fromiter((t for c in chains for t in c), np.int64, len(chain_of))
+    k = conn[flat]
+    width = 1 + int(k.max(initial=0))
+    _, first, counts = np.unique(chain_of * width + k, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    first, counts = first[order], counts[order]
+    owner = chain_of[first]
+    bounds = np.searchsorted(owner, np.arange(len(chains) + 1)).tolist()
+    ts = flat[first].tolist()
+    ks = k[first].tolist()
+    ns = counts.tolist()
+    items = [((senders[t], receivers[t]), i, n) for t, i, n in zip(ts, ks, ns)]
+    return [_Uses(items[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
@@ -136,65 +244,18 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
     base = _assign_channels(cache, c)
     if base is None:
         return None
-    chans = list(map(base.__getitem__, cache.transfer))
+    chans = base[cache.transfer_of_moving]
     if instances > 1:
-        chans = [ch + j * c for ch, j in zip(chans, cache.instance)]
-    channel_of = dict(zip(cache.moving, chans))
-    per_rank = _build(halves, preds, candidates, channel_of, chans, ranks, c, max_steps, cache)
+        chans = chans + cache.instance * c
+    per_rank = _build(halves, preds, chans, ranks, c, max_steps, cache)
     if per_rank is None:
         return None
-    rank, steps, tb = _largest(per_rank, halves, candidates)
-    for tbs in per_rank:
-        for t in tbs:
-            for h in t.halves:
-                channel_of[h] = t.chan
-    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), channel_of, steps,
+    rank, steps, tb = _largest(per_rank, cache)
+    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
-def _chains(halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]], places: tuple[int, ...]
-            ) -> list[list[tuple[int, int]]]:
-    """Transfers of instance 0, as (position, piece), grouped into chains in time order.
-
-    The chains are the connected components of the candidate links, found with a
-    union-find over transfer numbers (linear; a networkx graph of 130,000 transfers took
-    seconds)."""
-    number: dict[tuple[int, int], int] = {}  # (position, piece) -> transfer number
-    transfers: list[tuple[int, int]] = []
-    # The place of each transfer's send half: sends differ from each other only in the
-    # part of the key both ends share (`HalfKey.message`), so this orders the messages.
-    message: list[int] = []
-    send = HalfKind.SEND
-    for h in halves:
-        if h.kind is send and h.instance == 0:
-            k = h.key
-            number[(k.position, k.piece)] = len(transfers)
-            transfers.append((k.position, k.piece))
-            message.append(places[h.id])
-    parent = list(range(len(transfers)))
-
-    def root(t: int) -> int:
-        while parent[t] != t:
-            parent[t] = parent[parent[t]]
-            t = parent[t]
-        return t
-
-    for a, b in candidates:
-        ka, kb = halves[a].key, halves[b].key
-        if ka.instance == 0:
-            ra, rb = root(number[(ka.position, ka.piece)]), root(number[(kb.position, kb.piece)])
-            if ra != rb:
-                parent[ra] = rb
-    members: dict[int, list[int]] = defaultdict(list)
-    for t in range(len(transfers)):
-        members[root(t)].append(t)
-    # Transfers are numbered in half order, not time order: sort by message key.
-    chains = [sorted(c, key=message.__getitem__) for c in members.values()]
-    chains.sort(key=lambda c: message[c[0]])
-    return [[transfers[t] for t in c] for c in chains]
-
-
-def _assign_channels(cache: PlanCache, c: int) -> dict[tuple[int, int], int] | None:
+def _assign_channels(cache: PlanCache, c: int) -> np.ndarray | None:
     """Channel of every transfer (of instance 0), or None when the peer limits cannot hold.
 
     Each chain goes to the channel where its busiest connection would carry the fewest
@@ -203,30 +264,31 @@ def _assign_channels(cache: PlanCache, c: int) -> dict[tuple[int, int], int] | N
     a large cluster one chunk's chain can fan out from a rank to more peers than a
     channel holds) is placed one connection at a time, by the same rule: its forwards
     across two channels then do not fuse, which costs steps, not correctness."""
-    conn_of = cache.conn_of
     table = _ChannelTable(c, cache.ranks, len(cache.conn_number))
-    channel: dict[tuple[int, int], int] = {}
+    channel = np.zeros(cache.transfer_count, dtype=np.int64)
     for chain, uses in zip(cache.chains, cache.chain_uses):
         best = table.best(uses)
         if best >= 0:
             table.add(uses, best)
-            channel.update(dict.fromkeys(chain, best))
+            channel[chain] = best
             continue
         if len(uses.items) == 1:
             return None
-        # The chain's transfers per connection, found once: at 1,024 GPUs one chunk's
+        # The chain's transfers grouped by connection once: at 1,024 GPUs one chunk's
         # chain has about a thousand connections and as many transfers, and scanning
         # the chain per connection made this quadratic.
-        by_conn: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-        for t in chain:
-            by_conn[conn_of[t]].append(t)
+        members = np.asarray(chain, dtype=np.int64)
+        conns = cache.conn[members]
+        order = np.argsort(conns, kind="stable")
+        sorted_conns = conns[order]
         for use in uses.items:
             one = _Uses([use])
             best = table.best(one)
             if best < 0:
                 return None
             table.add(one, best)
-            channel.update(dict.fromkeys(by_conn[use[0]], best))
+            lo, hi = np.searchsorted(sorted_conns, (use[1], use[1] + 1))
+            channel[members[order[lo:hi]]] = best
     return channel
 
 
@@ -308,19 +370,11 @@ def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> 
     return True
 
 
-def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candidates: Sequence[tuple[int, int]],
-           channel_of: dict[int, int], chans: list[int], ranks: int, c: int, max_steps: int,
-           cache: PlanCache) -> list[list[_Tb]] | None:
-    """`chans`: the channel of each of `cache.moving`, as `channel_of` has it."""
-    sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rank, peer, chan) -> halves
-    recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    for h, rank, peer, ch, is_send in zip(cache.moving, cache.rank, cache.peer, chans, cache.sends):
-        (sends if is_send else recvs)[(rank, peer, ch)].append(h)
-    weight: dict[tuple[int, int], Counter] = defaultdict(Counter)  # (rank, chan) -> (recv peer, send peer)
-    for (a, b), (rank, p, q) in zip(candidates, cache.candidate_peers):
-        ch = channel_of[a]
-        if channel_of[b] == ch:  # a chain split over channels (see _assign_channels) cannot fuse there
-            weight[(rank, ch)][(p, q)] += 1
+def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], chans: list[int], ranks: int, c: int,
+           max_steps: int, cache: PlanCache) -> list[list[_Tb]] | None:
+    """`chans`: the channel of each of `cache.moving`."""
+    sends, recvs = _connection_halves(cache, chans)
+    weight = _fusion_weights(cache, chans)
 
     groups: dict[tuple[int, int], tuple[set[int], set[int]]] = defaultdict(lambda: (set(), set()))
     for rank, peer, ch in sends:
@@ -340,7 +394,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
             if p >= 0:
                 tb.halves += recvs[(rank, p, ch)]
             per_rank[rank].append(tb)
-    _place_locals(halves, preds, per_rank, c, max_steps, cache.places)
+    _place_locals(halves, preds, per_rank, c, max_steps, cache.places, cache.local)
     for r in range(ranks):
         if not per_rank[r]:
             # The executor launches one CUDA block per threadblock; a GPU with nothing to
@@ -349,6 +403,48 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], candida
         if max(Counter(tb.chan for tb in per_rank[r]).values()) > MAX_TBS_PER_CHANNEL:
             return None
     return per_rank
+
+
+def _connection_halves(cache: PlanCache, chans: list[int]
+                       ) -> tuple[dict[tuple[int, int, int], list[int]], dict[tuple[int, int, int], list[int]]]:
+    """The sends and the receives of each (rank, peer, channel), in half order."""
+    moving, rank, peer, is_send = cache.moving_arrays
+    chan = np.asarray(chans, dtype=np.int64)
+    order = np.lexsort((chan, peer, rank, is_send))  # stable: half order inside each group
+    keys = np.stack([is_send[order], rank[order], peer[order], chan[order]])
+    bounds = np.flatnonzero(np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0), True]).tolist()
+    halves = moving[order].tolist()
+    sends: dict[tuple[int, int, int], list[int]] = {}
+    recvs: dict[tuple[int, int, int], list[int]] = {}
+    for lo, hi in zip(bounds, bounds[1:]):
+        send, r, p, ch = keys[:, lo].tolist()
+        (sends if send else recvs)[(r, p, ch)] = halves[lo:hi]
+    return sends, recvs
+
+
+def _fusion_weights(cache: PlanCache, chans: list[int]) -> dict[tuple[int, int], Counter]:
+    """(rank, channel) -> (receive peer, send peer) -> fusion candidates between them on
+    that channel, each Counter in order of first candidate (`_matching` numbers the
+    graph's vertices in that order)."""
+    weight: dict[tuple[int, int], Counter] = defaultdict(Counter)
+    ca, cb, rank, p, q = cache.candidate_arrays
+    if len(ca) == 0:
+        return weight
+    moving = cache.moving_arrays[0]
+    chan_of = np.full(cache.halves, -1, dtype=np.int64)
+    chan_of[moving] = chans
+    ch = chan_of[ca]
+    same = ch == chan_of[cb]  # a chain split over channels (see _assign_channels) cannot fuse there
+    ch, rank, p, q = ch[same], rank[same], p[same], q[same]
+    width = 1 + int(max(p.max(initial=0), q.max(initial=0), rank.max(initial=0), ch.max(initial=0)))
+    code = ((rank * width + ch) * width + p) * width + q
+    _, first, counts = np.unique(code, return_index=True, return_counts=True)
+    by_first = np.argsort(first, kind="stable")
+    first, counts = first[by_first], counts[by_first]
+    for r, c, a, b, n in zip(rank[first].tolist(), ch[first].tolist(), p[first].tolist(), q[first].tolist(),
+                             counts.tolist()):
+        weight[(r, c)][(a, b)] = n
+    return weight
 
 
 def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter,
@@ -399,10 +495,13 @@ def _matching(weight: Counter, known: dict[tuple, list[tuple[int, int]]]) -> lis
 
 
 def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], per_rank: list[list[_Tb]],
-                  c: int, max_steps: int, places: tuple[int, ...]) -> None:
+                  c: int, max_steps: int, places: Sequence[int], local: list[int]) -> None:
+    """`local`: the local halves, in key order."""
+    if not local:
+        return
     where: dict[int, _Tb] = {h: tb for tbs in per_rank for tb in tbs for h in tb.halves}
     own: dict[tuple[int, int], list[_Tb]] = defaultdict(list)  # (rank, instance) -> peerless tbs
-    for h in sorted((h for h in halves if h.is_local), key=lambda h: places[h.id]):
+    for h in map(halves.__getitem__, local):
         before = [p for p in preds[h.id] if p in where]
         if before:
             tb = where[max(before, key=places.__getitem__)]
@@ -427,24 +526,43 @@ def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], 
         where[h.id] = tb
 
 
-def _largest(per_rank: list[list[_Tb]], halves: tuple[Half, ...], candidates: list[tuple[int, int]]
-             ) -> tuple[int, int, _Tb]:
+def _largest(per_rank: list[list[_Tb]], cache: PlanCache) -> tuple[int, int, _Tb]:
     """(rank, steps, tb) of the threadblock with the most steps once fused (an estimate:
-    every candidate inside a threadblock fused, no nop steps)."""
-    owner = {h: id(tb) for tbs in per_rank for tb in tbs for h in tb.halves}
-    fused: Counter = Counter()
+    every candidate inside a threadblock fused, no nop steps); the first such in rank
+    and threadblock order."""
+    tbs = [tb for t in per_rank for tb in t]
+    lengths = np.fromiter(map(len, (tb.halves for tb in tbs)), np.int64, len(tbs))
+    owner = np.full(cache.halves, -1, dtype=np.int64)
+    owner[np.fromiter((h for tb in tbs for h in tb.halves), np.int64, int(lengths.sum()))] = np.repeat(
+        np.arange(len(tbs), dtype=np.int64), lengths)
+    ca, cb = cache.candidate_arrays[:2]
+    inside = (owner[ca] == owner[cb]) & (owner[ca] >= 0)
+    a, b = ca[inside], cb[inside]
+    # A half in two candidates: the first of them (in candidate order) with both halves
+    # still unused counts. Candidates that share no half with another count at once.
+    shared = _repeated(a) | _repeated(b)
+    fused = np.bincount(owner[a[~shared]], minlength=len(tbs))
     used: set[int] = set()
-    for a, b in candidates:
-        if owner.get(a) == owner.get(b) and a not in used and b not in used:
-            fused[owner[a]] += 1
-            used.update((a, b))
-    best: tuple[int, int, _Tb] = (0, 0, per_rank[0][0])
-    for rank, tbs in enumerate(per_rank):
-        for tb in tbs:
-            n = len(tb.halves) - fused[id(tb)]
-            if n > best[1]:
-                best = (rank, n, tb)
-    return best
+    for x, y in zip(a[shared].tolist(), b[shared].tolist()):
+        if x not in used and y not in used:
+            fused[owner[x]] += 1
+            used.update((x, y))
+    steps = lengths - fused
+    k = int(np.argmax(steps)) if len(steps) else 0
+    if not len(steps) or steps[k] <= 0:
+        return 0, 0, per_rank[0][0]
+    most = int(steps[k])
+    for rank, t in enumerate(per_rank):
+        if k < len(t):
+            return rank, most, t[k]
+        k -= len(t)
+    raise AssertionError("unreachable: k indexes the threadblocks")
+
+
+def _repeated(values: np.ndarray) -> np.ndarray:
+    """Per element, whether its value occurs more than once."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return counts[inverse.reshape(-1)] > 1
 
 
 def _finish(tbs: list[_Tb], places: tuple[int, ...], single_steps: list[LStep]) -> tuple[LThreadblock, ...]:

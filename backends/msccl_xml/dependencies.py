@@ -34,12 +34,17 @@ that itself (transitively) waited for it.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import chain
 
 import numpy as np
 
 from collc.backends.msccl_xml.model import StepType
-from collc.backends.msccl_xml.program import LGpu, LStep, LThreadblock, Program, Stage, make_step, remember_last
+from collc.backends.msccl_xml.program import (
+    HALF_KINDS, HalfKind, LStep, LThreadblock, Program, Stage, collections_paused, make_step, remember_last,
+)
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -49,93 +54,193 @@ def order_steps(program: Program) -> Program:
     if program.stage is Stage.ORDERED:
         raise CollcError("msccl-deps has already run on this program")
     # Threadblock ids are positions in each GPU's list (msccl-threadblocks numbers them so).
-    gpus = tuple(_order_gpu(g, program) for g in program.gpus)
-    return replace(program, gpus=gpus, stage=Stage.ORDERED)
+    layout = _Layout(program)
+    needs = _cross_needs(program, layout)
+    waits = _waits(program, layout, needs)
+    number = _numbers(layout, waits)
+    targets = {target for ws in waits.values() for target in ws}
+    reducing = layout.tbs_with_reductions(program)
+    gpus = []
+    k = 0  # global threadblock number
+    for g in program.gpus:
+        tbs = []
+        for tb in g.tbs:
+            first = layout.tb_start[k]
+            touched = layout.touched[k] if k < len(layout.touched) else False
+            if not touched and k not in reducing:
+                tbs.append(tb)  # most threadblocks: no step waits on another or is waited for
+            else:
+                steps = _numbered_steps(tb, first, waits, targets, number, layout)
+                tbs.append(LThreadblock(tb.id, tb.send, tb.recv, tb.chan, _keep_reductions_apart(steps, program)))
+            k += 1
+        gpus.append(replace(g, tbs=tuple(tbs)))
+    return replace(program, gpus=tuple(gpus), stage=Stage.ORDERED)
 
 
-def _order_gpu(gpu: LGpu, program: Program) -> LGpu:
-    preds, key_place = program.preds, program.key_places()
-    ntbs = len(gpu.tbs)
-    owner: dict[int, tuple[int, int]] = {}
-    place: dict[tuple[int, int], int] = {}  # step -> the integer place of its first half's key
-    # (place, tb, step index, halves) of every step, to visit in order of place.
-    visits: list[tuple[int, int, int, tuple[int, ...]]] = []
-    for t, tb in enumerate(gpu.tbs):
-        for i, step in enumerate(tb.steps):
-            hs = step.halves
-            for h in hs:
-                owner[h] = (t, i)
-            at = key_place[hs[0]]
-            place[(t, i)] = at
-            visits.append((at, t, i, hs))
-    visits.sort()  # places are distinct
+class _Layout:
+    """Every step of the program numbered globally (GPU by GPU, threadblock by
+    threadblock), as arrays: its threadblock (global number), its index there, the
+    place of its first half; and the step of every half."""
 
-    # Per step, the last step of each other threadblock it must follow (from the halves'
-    # predecessors); only those steps can be waited for.
-    needs: list[dict[int, int]] = []
-    for at, t, i, hs in visits:
-        needed: dict[int, int] = {}
-        for h in hs:
-            for p in preds[h]:
-                pt, pi = owner[p]
-                if pt == t:
-                    if pi > i:
-                        raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for its own later step {pi}")
-                    continue
-                if needed.get(pt, -1) < pi:
-                    needed[pt] = pi
-        needs.append(needed)
-    may_wait_for = {target for needed in needs for target in needed.items()}
+    def __init__(self, program: Program):
+        tbs = [tb for g in program.gpus for tb in g.tbs]
+        self.gpu_of_tb = np.repeat(np.arange(len(program.gpus), dtype=np.int64),
+                                   [len(g.tbs) for g in program.gpus])
+        self.local_tb = np.concatenate([np.arange(len(g.tbs), dtype=np.int64) for g in program.gpus]) \
+            if tbs else np.zeros(0, dtype=np.int64)
+        self.tbs_per_gpu = [len(g.tbs) for g in program.gpus]
+        per_tb = np.fromiter(map(len, (tb.steps for tb in tbs)), np.int64, len(tbs))
+        self.tb_start = (np.cumsum(per_tb) - per_tb).tolist()
+        step_halves = [step.halves for tb in tbs for step in tb.steps]
+        self.steps = len(step_halves)
+        self.tb_of_step = np.repeat(np.arange(len(tbs), dtype=np.int64), per_tb)
+        starts = np.asarray(self.tb_start, dtype=np.int64)
+        self.index = np.arange(self.steps, dtype=np.int64) - np.repeat(starts, per_tb)
+        counts = np.fromiter(map(len, step_halves), np.int64, self.steps)
+        flat = np.fromiter(chain.from_iterable(step_halves), np.int64, int(counts.sum()))
+        self.step_of_half = np.full(len(program.halves), -1, dtype=np.int64)
+        self.step_of_half[flat] = np.repeat(np.arange(self.steps, dtype=np.int64), counts)
+        first = flat[np.cumsum(counts) - counts] if self.steps else flat
+        self.first_half = first
+        self.place = np.asarray(program.key_places(), dtype=np.int64)[first]
+        self.touched: list[bool] = []
 
-    # What is known complete once a step is done: per threadblock, its last step known
-    # done (-1: none); an array (a GPU may have a hundred threadblocks, and waits merge
-    # these). `current` holds it for the last step visited of each threadblock (what its
-    # next step starts from); `kept`, a copy for each step that may be waited for.
-    current = list(np.full((ntbs, ntbs), -1, dtype=np.int64))
-    kept: dict[tuple[int, int], np.ndarray] = {}
-    waits: list[list[list[tuple[int, int]]]] = [[[] for _ in tb.steps] for tb in gpu.tbs]
-    for (at, t, i, _), needed in zip(visits, needs):
-        known = current[t]
-        if needed:
-            mine = waits[t][i]
-            for target in sorted(needed.items(), key=place.__getitem__, reverse=True):
-                wt, wi = target
-                if known[wt] >= wi:
+    def tbs_with_reductions(self, program: Program) -> set[int]:
+        """Threadblocks with two or more local reductions (see _keep_reductions_apart)."""
+        kinds = program.halves.kind[self.first_half] if hasattr(program.halves, "kind") else np.array(
+            [HALF_KINDS.index(program.halves[h].kind) for h in self.first_half.tolist()], dtype=np.int64)
+        reduce_tbs = self.tb_of_step[kinds == HALF_KINDS.index(HalfKind.REDUCE)]
+        tbs, counts = np.unique(reduce_tbs, return_counts=True)
+        return set(tbs[counts > 1].tolist())
+
+
+def _cross_needs(program: Program, layout: _Layout) -> dict[int, dict[int, int]]:
+    """Per step (global number) that must follow a step of another threadblock: that
+    threadblock (global number) -> the last of its steps it must follow (from the
+    halves' predecessors). Only such steps can be waited for."""
+    half, pred = program.predecessor_pairs()
+    hs, ps = layout.step_of_half[half], layout.step_of_half[pred]
+    th, tp = layout.tb_of_step[hs], layout.tb_of_step[ps]
+    same = th == tp
+    later = same & (layout.index[ps] > layout.index[hs])
+    if later.any():
+        k = int(np.flatnonzero(later)[0])
+        t = int(th[k])
+        raise RuntimeError(f"GPU {int(layout.gpu_of_tb[t])} tb {int(layout.local_tb[t])} step "
+                           f"{int(layout.index[hs[k]])} would wait for its own later step {int(layout.index[ps[k]])}")
+    cross = ~same
+    hs, tp, pi = hs[cross], tp[cross], layout.index[ps[cross]]
+    needs: dict[int, dict[int, int]] = {}
+    if not len(hs):
+        return needs
+    order = np.lexsort((pi, tp, hs))
+    hs, tp, pi = hs[order], tp[order], pi[order]
+    last = np.r_[(hs[1:] != hs[:-1]) | (tp[1:] != tp[:-1]), True]  # the largest index of each (step, tb)
+    for step, t, i in zip(hs[last].tolist(), tp[last].tolist(), pi[last].tolist()):
+        needs.setdefault(step, {})[t] = i
+    return needs
+
+
+def _waits(program: Program, layout: _Layout, needs: dict[int, dict[int, int]]) -> dict[int, list[int]]:
+    """Per step (global number) that waits: the steps (global numbers) it waits for,
+    in threadblock order, redundant waits dropped (see the module's docstring).
+
+    What is known complete once a step is done: per threadblock of its GPU, its last
+    step known done (-1: none); an array (a GPU may have a hundred threadblocks, and
+    waits merge these), kept for the last step visited of each threadblock (`current`)
+    and copied for each step that may be waited for (`kept`). A threadblock's own entry
+    is read only through such copies, so it is set only there. Only steps that wait or
+    may be waited for change what is known, so only those are visited, in order of
+    place on each GPU."""
+    may_wait_for = {layout.tb_start[t] + i for need in needs.values() for t, i in need.items()}
+    visit = np.array(sorted(set(needs) | may_wait_for), dtype=np.int64)
+    if not len(visit):
+        return {}
+    gpu = layout.gpu_of_tb[layout.tb_of_step[visit]]
+    visit = visit[np.lexsort((layout.place[visit], gpu))].tolist()
+    # Lists: the loop reads single entries (a list's are Python ints already).
+    place, tb_of_step, index = layout.place.tolist(), layout.tb_of_step.tolist(), layout.index.tolist()
+    local, gpu_of_tb, tb_start = layout.local_tb.tolist(), layout.gpu_of_tb.tolist(), layout.tb_start
+    current: dict[int, np.ndarray] = {}
+    kept: dict[int, np.ndarray] = {}
+    waits: dict[int, list[int]] = {}
+    for s in visit:
+        t = tb_of_step[s]
+        known = current.get(t)
+        if known is None:
+            known = current[t] = np.full(layout.tbs_per_gpu[gpu_of_tb[t]], -1, dtype=np.int64)
+        need = needs.get(s)
+        if need is not None:
+            at = place[s]
+            mine: list[int] = []
+            targets = [tb_start[wt] + wi for wt, wi in need.items()]
+            for target in sorted(targets, key=place.__getitem__, reverse=True):
+                wt = tb_of_step[target]
+                if known[local[wt]] >= index[target]:
                     continue
                 if place[target] >= at:
-                    raise RuntimeError(f"GPU {gpu.rank} tb {t} step {i} would wait for a later step")
+                    raise RuntimeError(f"GPU {gpu_of_tb[t]} tb {local[t]} step {index[s]} would wait for a later "
+                                       "step")
                 mine.append(target)
                 known = np.maximum(known, kept[target])
-            mine.sort()
-        known[t] = i
-        current[t] = known
-        if (t, i) in may_wait_for:
-            kept[(t, i)] = known.copy()
+            if mine:
+                mine.sort(key=lambda w: (local[tb_of_step[w]], index[w]))
+                waits[s] = mine
+                current[t] = known
+        if s in may_wait_for:
+            known[local[t]] = index[s]
+            kept[s] = known.copy()
+    touched = [False] * len(layout.tb_start)
+    for s, ws in waits.items():
+        touched[tb_of_step[s]] = True
+        for w in ws:
+            touched[tb_of_step[w]] = True
+    layout.touched = touched
+    return waits
 
-    # Number the steps (nops included), then write the waits with those numbers.
-    number: dict[tuple[int, int], int] = {}
-    for t, tb in enumerate(gpu.tbs):
-        s = 0
-        for i in range(len(tb.steps)):
-            s += max(0, len(waits[t][i]) - 1)
-            number[(t, i)] = s
-            s += 1
-    targets = {target for per_tb in waits for ws in per_tb for target in ws}
-    tbs = []
-    for t, tb in enumerate(gpu.tbs):
-        steps: list[LStep] = []
-        for i, step in enumerate(tb.steps):
-            ws = waits[t][i]
-            for wt, wi in ws[:-1]:
-                steps.append(make_step(StepType.NOP, (), (wt, number[(wt, wi)])))
-            waited_for = (t, i) in targets
-            if not ws and not waited_for and step.wait is None and not step.hasdep:
-                steps.append(step)  # most steps: nothing to add
-                continue
-            last = (ws[-1][0], number[ws[-1]]) if ws else None
-            steps.append(make_step(step.type, step.halves, last, waited_for))
-        tbs.append(LThreadblock(tb.id, tb.send, tb.recv, tb.chan, _keep_reductions_apart(tuple(steps), program)))
-    return replace(gpu, tbs=tuple(tbs))
+
+def _numbers(layout: _Layout, waits: dict[int, list[int]]) -> Callable[[int], int]:
+    """The step number (`s`, nops included) of a step given by its global number: its
+    index plus the nops that the waits of its threadblock's earlier steps (and its
+    own) add."""
+    extra: dict[int, list[tuple[int, int]]] = {}  # tb -> (index, nops up to it), in order
+    for s in sorted(waits):
+        t = int(layout.tb_of_step[s])
+        rows = extra.setdefault(t, [])
+        rows.append((int(layout.index[s]), (rows[-1][1] if rows else 0) + len(waits[s]) - 1))
+
+    def number(s: int) -> int:
+        i = int(layout.index[s])
+        rows = extra.get(int(layout.tb_of_step[s]))
+        if not rows:
+            return i
+        k = bisect.bisect_right(rows, (i, np.iinfo(np.int64).max)) - 1
+        return i + (rows[k][1] if k >= 0 else 0)
+
+    return number
+
+
+def _numbered_steps(tb: LThreadblock, first: int, waits: dict[int, list[int]], targets: set[int],
+                    number: Callable[[int], int], layout: _Layout) -> tuple[LStep, ...]:
+    """The threadblock's steps with their waits, nops and hasdep flags (`first`: the
+    global number of its first step)."""
+    local, tb_of_step = layout.local_tb, layout.tb_of_step
+    steps: list[LStep] = []
+    for i, step in enumerate(tb.steps):
+        s = first + i
+        ws = waits.get(s)
+        waited_for = s in targets
+        if ws is None and not waited_for and step.wait is None and not step.hasdep:
+            steps.append(step)  # most steps: nothing to add
+            continue
+        if ws is None:
+            steps.append(make_step(step.type, step.halves, None, waited_for))
+            continue
+        for w in ws[:-1]:
+            steps.append(make_step(StepType.NOP, (), (int(local[tb_of_step[w]]), number(w))))
+        w = ws[-1]
+        steps.append(make_step(step.type, step.halves, (int(local[tb_of_step[w]]), number(w)), waited_for))
+    return tuple(steps)
 
 
 def _keep_reductions_apart(steps: tuple[LStep, ...], program: Program) -> tuple[LStep, ...]:
@@ -150,7 +255,7 @@ def _keep_reductions_apart(steps: tuple[LStep, ...], program: Program) -> tuple[
             continue
         a, b = program.halves[prev.halves[0]], program.halves[cur.halves[0]]
         if (a.dst, a.src.buffer) == (b.dst, b.src.buffer) and a.count != b.count and not prev.hasdep:
-            out[k - 1] = replace(prev, hasdep=True)
+            out[k - 1] = prev._replace(hasdep=True)
     return tuple(out)
 
 
@@ -160,6 +265,7 @@ class OrderSteps(Pass):
     name = "msccl-deps"
     summary = "number MSCCL steps and express cross-threadblock dependencies (depid/deps/hasdep, nop steps)"
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         if not isinstance(unit.lowered, Program):
             raise CollcError(f"{self.name} needs the MSCCL lowered program; run msccl-threadblocks before it")

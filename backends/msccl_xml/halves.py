@@ -12,6 +12,11 @@ follow every earlier half of its rank that wrote a slot it touches and every ear
 reader of a slot it writes. In a verified schedule each such pair is ordered by the
 dependency graph, so "earlier" in schedule order is the graph's order; and a dependency
 between ops on disjoint ranks (which MSCCL cannot express) is never needed for the data.
+
+Everything here works on integer arrays, one per field: the ops' fields are read once,
+each op becomes one or two half rows (`np.repeat`), and the slot analysis, fusion
+candidates, forwards-first order and key places are array operations (`slots.py`). The
+halves stay columns (`program.HalfTable`).
 """
 
 from __future__ import annotations
@@ -19,20 +24,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collc.backends.msccl_xml.channels import fusion_candidates
+import numpy as np
+
+from collc.backends.msccl_xml.channels import HalfArrays
 from collc.backends.msccl_xml.inplace import aliased, in_place_ops
 from collc.backends.msccl_xml.model import BufferName
+from collc.backends.msccl_xml import slots
 from collc.backends.msccl_xml.program import (
-    PHASE_LOCAL, PHASE_RECV, PHASE_SEND, Half, HalfKey, HalfKind, Slot, inplace_offset, key_places,
-    unified_buffer,
+    HALF_KINDS, PHASE_LOCAL, PHASE_RECV, PHASE_SEND, HalfKind, HalfTable, Slot, inplace_offset, unified_buffer,
 )
+from collc.backends.msccl_xml.slots import grouped, slot_analysis
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 
 
 @dataclass(frozen=True)
 class Halves:
-    halves: tuple[Half, ...]
+    halves: HalfTable
     preds: tuple[tuple[int, ...], ...]
     sole_readers: dict[int, int]
     # Per rank: (i_chunks, o_chunks, s_chunks) as the program names them.
@@ -41,6 +49,11 @@ class Halves:
     candidates: tuple[tuple[int, int], ...]
     # Per half: the rank of its key among all keys (`key_places`).
     places: tuple[int, ...]
+    # The fields the threadblock planning reads, as arrays.
+    arrays: HalfArrays
+    # `candidates` and `preds` as arrays: (receives, sends) and (half, predecessor).
+    candidate_arrays: tuple[np.ndarray, np.ndarray]
+    pred_pairs: tuple[np.ndarray, np.ndarray]
 
 
 def buffer_sizes(schedule: Schedule, inplace: bool, instances: int) -> tuple[tuple[int, int, int], ...]:
@@ -66,10 +79,6 @@ class _SlotMap:
         self.instances = instances
         self.scratch = [schedule.scratch_slots(r) for r in range(schedule.collective.ranks)]
 
-    def single(self, loc: Loc) -> Slot:
-        """The slot of `loc` with one instance: its own index."""
-        return Slot(_XML_BUFFER_BY_ID[id(loc[1])], loc[2])
-
     def __call__(self, loc: Loc, instance: int) -> Slot:
         k = self.instances
         if loc.buffer is Buffer.SCRATCH:
@@ -81,169 +90,183 @@ class _SlotMap:
 
 def split_schedule(schedule: Schedule, inplace: bool = False, instances: int = 1) -> Halves:
     ops = in_place_ops(schedule) if inplace else schedule.ops
-    slot = _SlotMap(schedule, instances)
-    cols = _Columns()
-    if instances == 1:
-        cols.add_ops(ops, slot)
-    else:
-        for pos, op in enumerate(ops):
-            for piece in range(op.count):  # sub-slots of one instance are not consecutive
-                for j in range(instances):
-                    cols.add(op, pos, piece, 1, j, slot)
-    preds, sole_readers = _slot_analysis(cols, _required_slots(schedule.collective, inplace, slot))
+    cols = _half_columns(_op_columns(ops), instances, [schedule.scratch_slots(r) for r in range(
+        schedule.collective.ranks)])
+    needed = _required_slots(schedule.collective, inplace, _SlotMap(schedule, instances))
+    pair_half, pair_pred, sole_readers = slot_analysis(
+        cols.kind, cols.rank, cols.src_buffer, cols.src_index, cols.dst_buffer, cols.dst_index, cols.count,
+        np.fromiter(needed, np.int64, len(needed)))
+    preds = grouped(pair_half, pair_pred, len(cols.kind))
     # Kinds, slots and counts do not change below, so neither do the candidates.
-    candidates = tuple(_candidates(cols, preds))
-    halves = cols.halves(_forward_order(cols, candidates))
-    return Halves(halves, preds, sole_readers, buffer_sizes(schedule, inplace, instances), candidates,
-                  key_places(halves))
+    candidates = _candidates(cols, pair_half, pair_pred)
+    fresh, origin = _forward_order(cols, candidates)
+    places = _key_places(cols, fresh, origin)
+    halves = _half_table(cols, fresh, origin)
+    return Halves(halves, preds, sole_readers, buffer_sizes(schedule, inplace, instances),
+                  tuple(zip(candidates[0].tolist(), candidates[1].tolist())), tuple(places.tolist()),
+                  HalfArrays(cols.kind, cols.rank, cols.peer, cols.position, cols.piece, cols.instance),
+                  candidates, (pair_half, pair_pred))
 
 
+@dataclass
+class _OpColumns:
+    """The ops, one integer array per field (kind: 1 for a reduction; buffers as codes
+    0 input, 1 output, 2 scratch)."""
+
+    reduce: np.ndarray
+    src_rank: np.ndarray
+    src_buffer: np.ndarray
+    src_index: np.ndarray
+    dst_rank: np.ndarray
+    dst_buffer: np.ndarray
+    dst_index: np.ndarray
+    count: np.ndarray
+    step: np.ndarray
+    id: np.ndarray
+
+
+_BUFFER_OF_LOC = {id(Buffer.INPUT): 0, id(Buffer.OUTPUT): 1, id(Buffer.SCRATCH): 2}
+_BUFFER_NAMES = (BufferName.INPUT, BufferName.OUTPUT, BufferName.SCRATCH)
+
+
+def _op_columns(ops: Sequence[Op]) -> _OpColumns:
+    """One pass over the op objects (the only per-op Python loop of the split)."""
+    code, reduce = _BUFFER_OF_LOC, OpKind.REDUCE
+    rows = [(op.kind is reduce, s[0], code[id(s[1])], s[2], d[0], code[id(d[1])], d[2], op.count, op.step, op.id)
+            for op in ops for s, d in ((op.src, op.dst),)]
+    table = np.array(rows, dtype=np.int64).reshape(len(rows), 10)
+    return _OpColumns(*(table[:, k].copy() for k in range(10)))
+
+
+@dataclass
 class _Columns:
-    """The halves of a schedule as one list per field, filled op by op; `halves` makes
-    the Half objects once every key is known (see `_forward_order`)."""
+    """The halves, one integer array per field, in half order: per op (and, with several
+    instances, per piece and instance) a local half, or a send followed by its receive."""
 
-    def __init__(self) -> None:
-        self.kind: list[HalfKind] = []
-        self.rank: list[int] = []
-        self.peer: list[int] = []
-        self.src: list[Slot] = []
-        self.dst: list[Slot] = []
-        self.count: list[int] = []
-        self.step: list[int] = []
-        self.position: list[int] = []
-        self.piece: list[int] = []
-        self.instance: list[int] = []
-        self.op: list[int] = []
-
-    def add(self, op: Op, pos: int, piece: int, count: int, instance: int, slot: _SlotMap) -> None:
-        """The halves of one piece of `op` in one instance: a local half, or a send
-        followed by its receive (the next id: `_forward_order` relies on it)."""
-        src = slot(op.src.shifted(piece) if piece else op.src, instance)
-        dst = slot(op.dst.shifted(piece) if piece else op.dst, instance)
-        a, b = op.src.rank, op.dst.rank
-        is_copy = op.kind is OpKind.COPY
-        if a == b:
-            self._append(HalfKind.COPY if is_copy else HalfKind.REDUCE, a, -1, src, dst, count,
-                         op.step, pos, piece, instance, op.id)
-            return
-        self._append(HalfKind.SEND, a, b, src, dst, count, op.step, pos, piece, instance, op.id)
-        self._append(HalfKind.RECV if is_copy else HalfKind.RECV_REDUCE, b, a, src, dst, count,
-                     op.step, pos, piece, instance, op.id)
-
-    def _append(self, kind: HalfKind, rank: int, peer: int, src: Slot, dst: Slot, count: int, step: int,
-                pos: int, piece: int, instance: int, op: int) -> None:
-        self.kind.append(kind)
-        self.rank.append(rank)
-        self.peer.append(peer)
-        self.src.append(src)
-        self.dst.append(dst)
-        self.count.append(count)
-        self.step.append(step)
-        self.position.append(pos)
-        self.piece.append(piece)
-        self.instance.append(instance)
-        self.op.append(op)
-
-    def add_ops(self, ops: Sequence[Op], slot: _SlotMap) -> None:
-        """`add` for every op of one instance, whole (the common case, a loop of its own:
-        it runs once per op)."""
-        send, copy, reduce = HalfKind.SEND, HalfKind.COPY, HalfKind.REDUCE
-        recv, recv_reduce, op_copy = HalfKind.RECV, HalfKind.RECV_REDUCE, OpKind.COPY
-        to_slot = slot.single
-        kind, rank, peer, srcs, dsts = self.kind, self.rank, self.peer, self.src, self.dst
-        count, step, position, piece, instance, ids = (self.count, self.step, self.position, self.piece,
-                                                       self.instance, self.op)
-        for pos, op in enumerate(ops):
-            s, d = op.src, op.dst
-            src, dst = to_slot(s), to_slot(d)
-            a, b = s[0], d[0]
-            is_copy = op.kind is op_copy
-            if a == b:
-                kind.append(copy if is_copy else reduce)
-                rank.append(a)
-                peer.append(-1)
-                n = 1
-            else:
-                kind += (send, recv if is_copy else recv_reduce)
-                rank += (a, b)
-                peer += (b, a)
-                n = 2
-            srcs += (src,) * n
-            dsts += (dst,) * n
-            count += (op.count,) * n
-            step += (op.step,) * n
-            position += (pos,) * n
-            piece += (0,) * n
-            instance += (0,) * n
-            ids += (op.id,) * n
-
-    def halves(self, order: dict[int, tuple[int, int]]) -> tuple[Half, ...]:
-        """The Half objects; `order`: (fresh, origin) of every send half (`HalfKey`)."""
-        out = []
-        new, local, send = _new_half, (0, -1), HalfKind.SEND
-        phase_of = {HalfKind.SEND: PHASE_SEND, HalfKind.RECV: PHASE_RECV, HalfKind.RECV_REDUCE: PHASE_RECV,
-                    HalfKind.COPY: PHASE_LOCAL, HalfKind.REDUCE: PHASE_LOCAL}
-        for h, (kind, rank, peer, src, dst, count, step, pos, piece, inst, op) in enumerate(zip(
-                self.kind, self.rank, self.peer, self.src, self.dst, self.count, self.step, self.position,
-                self.piece, self.instance, self.op)):
-            # A receive is the half after its send.
-            fresh, origin = local if peer < 0 else order[h if kind is send else h - 1]
-            half = new(Half)
-            _SET_HALF[0](half, h), _SET_HALF[1](half, kind), _SET_HALF[2](half, rank), _SET_HALF[3](half, peer)
-            _SET_HALF[4](half, src), _SET_HALF[5](half, dst), _SET_HALF[6](half, count)
-            _SET_HALF[7](half, HalfKey(step, phase_of[kind], fresh, origin, pos, piece, inst))
-            _SET_HALF[8](half, op), _SET_HALF[9](half, inst), _SET_HALF[10](half, 0)
-            out.append(half)
-        return tuple(out)
+    kind: np.ndarray  # slots.SEND, RECV, ...
+    rank: np.ndarray
+    peer: np.ndarray
+    src_buffer: np.ndarray
+    src_index: np.ndarray
+    dst_buffer: np.ndarray
+    dst_index: np.ndarray
+    count: np.ndarray
+    step: np.ndarray
+    position: np.ndarray
+    piece: np.ndarray
+    instance: np.ndarray
+    op: np.ndarray
 
 
-# Half(...) field by field without the frozen dataclass's __init__ (which sets each
-# through object.__setattr__): it runs once per half.
-_new_half = object.__new__
-_SET_HALF = tuple(Half.__dict__[name].__set__ for name in Half.__slots__)
-assert Half.__slots__ == ("id", "kind", "rank", "peer", "src", "dst", "count", "key", "op", "instance", "channel")
+def _half_columns(ops: _OpColumns, instances: int, scratch: list[int]) -> _Columns:
+    """With `instances` copies, every op is split into one-chunk pieces, instance by
+    instance (sub-slots of one instance are not consecutive); slots are mapped as
+    `_SlotMap` maps them."""
+    n_ops = len(ops.id)
+    position = np.arange(n_ops, dtype=np.int64)
+    if instances == 1:
+        row = position
+        piece = np.zeros(n_ops, dtype=np.int64)
+        instance = piece
+        count = ops.count
+    else:
+        per_op = ops.count * instances
+        row = np.repeat(position, per_op)
+        within = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(per_op) - per_op, per_op)
+        piece, instance = within // instances, within % instances
+        count = np.ones(len(row), dtype=np.int64)
+    moving = ops.src_rank[row] != ops.dst_rank[row]
+    per_row = 1 + moving
+    half_row = np.repeat(np.arange(len(row), dtype=np.int64), per_row)
+    second = np.zeros(len(half_row), dtype=bool)  # the receive of a transfer
+    second[np.cumsum(per_row)[moving] - 1] = True
+    r = row[half_row]
+    is_moving = moving[half_row]
+    reduce = ops.reduce[r] == 1
+    kind = np.where(~is_moving, np.where(reduce, slots.REDUCE, slots.COPY),
+                    np.where(second, np.where(reduce, slots.RECV_REDUCE, slots.RECV), slots.SEND))
+    src_rank, dst_rank = ops.src_rank[r], ops.dst_rank[r]
+    rank = np.where(second, dst_rank, src_rank)
+    peer = np.where(~is_moving, -1, np.where(second, src_rank, dst_rank))
+    p, j = piece[half_row], instance[half_row]
+    columns = []
+    for buffer, index, owner in ((ops.src_buffer, ops.src_index, src_rank), (ops.dst_buffer, ops.dst_index, dst_rank)):
+        b, i = buffer[r], index[r]
+        if instances > 1:
+            room = np.array(scratch, dtype=np.int64)[owner] if scratch else np.zeros(len(owner), dtype=np.int64)
+            i = np.where(b == 2, j * room + i + p, (i + p) * instances + j)
+        columns += [b, i]
+    return _Columns(kind, rank, peer, *columns, count[half_row], ops.step[r], r, p, j, ops.id[r])
 
 
-def _candidates(cols: _Columns, preds: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:
+def _candidates(cols: _Columns, pair_half: np.ndarray, pair_pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`channels.fusion_candidates` on the columns: (receive, send) pairs where the send
-    forwards exactly what the receive stored."""
-    out = []
-    kind, src, dst, count = cols.kind, cols.src, cols.dst, cols.count
-    send, receives = HalfKind.SEND, (HalfKind.RECV, HalfKind.RECV_REDUCE)
-    for b, k in enumerate(kind):
-        if k is not send:
-            continue
-        for a in preds[b]:
-            ka = kind[a]
-            if (ka is receives[0] or ka is receives[1]) and dst[a] == src[b] and count[a] == count[b]:
-                out.append((a, b))
-    return out
+    forwards exactly what the receive stored, as two arrays, by send."""
+    kind = cols.kind
+    b, a = pair_half, pair_pred
+    keep = ((kind[b] == slots.SEND) & ((kind[a] == slots.RECV) | (kind[a] == slots.RECV_REDUCE))
+            & (cols.dst_buffer[a] == cols.src_buffer[b]) & (cols.dst_index[a] == cols.src_index[b])
+            & (cols.count[a] == cols.count[b]))
+    return a[keep], b[keep]
 
 
-def _forward_order(cols: _Columns, candidates: tuple[tuple[int, int], ...]) -> dict[int, tuple[int, int]]:
-    """(fresh, origin) of every send half: its transfer's place among the messages of its
-    step is forwards first, in the order of what they forward (see `HalfKey`)."""
-    forwarded = {b: a for a, b in candidates}  # send -> receive it forwards
-    by_step: dict[int, list[int]] = {}
-    send = HalfKind.SEND
-    step = cols.step
-    for h, k in enumerate(cols.kind):
-        if k is send:
-            by_step.setdefault(step[h], []).append(h)
+def _forward_order(cols: _Columns, candidates: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(fresh, origin) of every half (`HalfKey`): a send's transfer's place among the
+    messages of its step is forwards first, in the order of what they forward; its
+    receive shares it; local halves get (0, -1)."""
+    n = len(cols.kind)
+    is_send = cols.kind == slots.SEND
+    forwarded = np.full(n, -1, dtype=np.int64)  # send -> the receive it forwards (the last candidate wins)
+    forwarded[candidates[1]] = candidates[0]
+    fresh = np.zeros(n, dtype=np.int64)
+    origin = np.full(n, -1, dtype=np.int64)
+    rank = np.full(n, -1, dtype=np.int64)  # send half -> rank of its message among all messages
+    sends = np.flatnonzero(is_send)
+    sends = sends[np.argsort(cols.step[sends], kind="stable")]
+    steps = cols.step[sends]
+    bounds = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1], True])
     position, piece, instance = cols.position, cols.piece, cols.instance
-    order: dict[int, tuple[int, int]] = {}  # send half -> (fresh, origin)
-    rank: dict[int, int] = {}  # send half -> rank of its message among all messages
-    fresh = (1, -1)
-    for s in sorted(by_step):
-        sends = by_step[s]
+    done = 0
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        hs = sends[lo:hi]
         # What a forward forwards arrived at an earlier step, so its rank is known. The
         # receive a is the half after its send.
-        for h in sends:
-            a = forwarded.get(h)
-            order[h] = fresh if a is None else (0, rank[a - 1])
-        for h in sorted(sends, key=lambda h: (order[h], position[h], piece[h], instance[h])):
-            rank[h] = len(rank)
-    return order
+        a = forwarded[hs]
+        fw = a >= 0
+        fresh[hs] = np.where(fw, 0, 1)
+        origin[hs] = np.where(fw, rank[np.where(fw, a - 1, 0)], -1)
+        order = hs[np.lexsort((instance[hs], piece[hs], position[hs], origin[hs], fresh[hs]))]
+        rank[order] = np.arange(done, done + len(order))
+        done += len(order)
+    receives = np.flatnonzero((cols.kind == slots.RECV) | (cols.kind == slots.RECV_REDUCE))
+    fresh[receives] = fresh[receives - 1]
+    origin[receives] = origin[receives - 1]
+    return fresh, origin
+
+
+def _phase(kind: np.ndarray) -> np.ndarray:
+    return np.where(kind == slots.SEND, PHASE_SEND,
+                    np.where((kind == slots.RECV) | (kind == slots.RECV_REDUCE), PHASE_RECV, PHASE_LOCAL))
+
+
+def _key_places(cols: _Columns, fresh: np.ndarray, origin: np.ndarray) -> np.ndarray:
+    """`program.key_places` on the columns: each half's rank among all keys."""
+    order = np.lexsort((cols.instance, cols.piece, cols.position, origin, fresh, _phase(cols.kind), cols.step))
+    places = np.empty(len(order), dtype=np.int64)
+    places[order] = np.arange(len(order), dtype=np.int64)
+    return places
+
+
+def _half_table(cols: _Columns, fresh: np.ndarray, origin: np.ndarray) -> HalfTable:
+    """The halves as a HalfTable (kind codes of `slots.py` are HALF_KINDS' indices)."""
+    return HalfTable(kind=cols.kind, rank=cols.rank, peer=cols.peer, src_buffer=cols.src_buffer,
+                     src_index=cols.src_index, dst_buffer=cols.dst_buffer, dst_index=cols.dst_index, count=cols.count,
+                     step=cols.step, fresh=fresh, origin=origin, position=cols.position, piece=cols.piece,
+                     instance=cols.instance, op=cols.op)
+
+
+assert [HALF_KINDS[k] for k in (slots.SEND, slots.RECV, slots.RECV_REDUCE, slots.COPY, slots.REDUCE)] == [
+    HalfKind.SEND, HalfKind.RECV, HalfKind.RECV_REDUCE, HalfKind.COPY, HalfKind.REDUCE]
 
 
 def _required_slots(coll: Collective, inplace: bool, slot: _SlotMap) -> set[int]:
@@ -270,76 +293,3 @@ def _slot_code(rank: int, slot: Slot) -> int:
     b = slot.buffer
     buffer = 0 if b is BufferName.INPUT else 1 if b is BufferName.OUTPUT else 2
     return ((rank * 3 + buffer) << 40) | slot.index
-
-
-def _slot_analysis(cols: _Columns, needed: set[int]
-                   ) -> tuple[tuple[tuple[int, ...], ...], dict[int, int]]:
-    """Per half, the earlier halves of its rank it conflicts with; and, for receive-reduce
-    halves whose stored sum only one later half reads (and nobody needs at the end), that
-    reader. `needed`: the codes of the slots the postcondition names."""
-    writer: dict[int, int] = {}  # slot code -> last half that wrote it
-    readers: dict[int, list[int]] = {}  # slot code -> halves that read it since
-    preds: list[tuple[int, ...]] = []
-    # For each (receive-reduce writer, slot): who read the value it wrote, and whether a
-    # later write made it dead.
-    uses: dict[int, list[tuple[list[int], bool, bool]]] = {}
-    send, copy, reduce, recv_reduce = HalfKind.SEND, HalfKind.COPY, HalfKind.REDUCE, HalfKind.RECV_REDUCE
-    kinds = cols.kind
-    buffer_code = {id(BufferName.INPUT): 0, id(BufferName.OUTPUT): 1, id(BufferName.SCRATCH): 2}
-    no_preds: tuple[int, ...] = ()
-
-    writer_of, readers_of = writer.get, readers.get  # bound once: this loop runs per slot access
-    for hid, (kind, rank, src, dst, count) in enumerate(zip(kinds, cols.rank, cols.src, cols.dst, cols.count)):
-        mine: list[int] = []
-        # The slots it reads and writes (see Half.reads and Half.writes), as codes
-        # (`_slot_code`, inlined: it runs per half).
-        if kind is send or kind is copy or kind is reduce:
-            first = ((rank * 3 + buffer_code[id(src[0])]) << 40) | src[1]
-            reads = range(first, first + count)
-        if kind is not send:
-            first = ((rank * 3 + buffer_code[id(dst[0])]) << 40) | dst[1]
-            writes = range(first, first + count)
-            if kind is reduce:
-                reads = [*reads, *writes]
-            elif kind is recv_reduce:
-                reads = writes
-            elif kind is not copy:  # a plain receive reads nothing
-                reads = ()
-        else:
-            writes = ()
-        for where in reads:
-            w = writer_of(where)
-            if w is not None and w != hid and w not in mine:
-                mine.append(w)
-            seen = readers_of(where)
-            if seen is None:
-                readers[where] = [hid]
-            else:
-                seen.append(hid)
-        for where in writes:
-            w = writer_of(where)
-            if w is not None and w != hid and w not in mine:
-                mine.append(w)
-            seen = readers_of(where)
-            if seen:
-                for r in seen:
-                    if r != hid and r not in mine:
-                        mine.append(r)
-            if w is not None and kinds[w] is recv_reduce:
-                uses.setdefault(w, []).append((seen or [], True, where in needed))
-            writer[where] = hid
-            readers[where] = []
-        preds.append(tuple(mine) if mine else no_preds)
-    for where, w in writer.items():
-        if kinds[w] is recv_reduce:
-            uses.setdefault(w, []).append((readers_of(where) or [], False, where in needed))
-
-    sole: dict[int, int] = {}
-    for w, per_slot in uses.items():
-        reader_sets = {tuple(r) for r, _, _ in per_slot}
-        if len(per_slot) != cols.count[w] or len(reader_sets) != 1:
-            continue
-        (only,) = reader_sets
-        if len(only) == 1 and all(overwritten or not named for _, overwritten, named in per_slot):
-            sole[w] = only[0]
-    return tuple(preds), sole

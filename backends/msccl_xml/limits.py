@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from collc.backends.msccl_xml.model import BufferName, StepType, XmlAlgo
+from collc.backends.msccl_xml.program import collections_paused
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -130,6 +131,7 @@ class CheckLimits(Pass):
     max_steps: int = MAX_STEPS
     max_nodes: int = MAX_XML_NODES
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         if not isinstance(unit.lowered, XmlAlgo):
             raise CollcError(f"{self.name} checks an MSCCL XML program; run msccl-assemble before it")

@@ -20,15 +20,22 @@ the sender and the receiver and never waits on something later (the argument is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import gc
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache, wraps
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, TypeVar
+
+import numpy as np
 
 from collc.backends.msccl_xml.model import BufferName, StepType
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, standard
 from collc.ir.schedule import Buffer
+
+T = TypeVar("T")
 
 
 class HalfKind(str, Enum):
@@ -86,8 +93,10 @@ class HalfKey(NamedTuple):
         return (self.step, self.fresh, self.origin, self.position, self.piece, self.instance)
 
 
-@dataclass(frozen=True, slots=True)  # one per op end: no per-object dict
-class Half:
+class Half(NamedTuple):
+    """One end of an op on one rank. A tuple (one per op end, a million at 1,024 GPUs):
+    built in one call, no per-object dict. Its channel is its threadblock's."""
+
     id: int
     kind: HalfKind
     rank: int
@@ -98,17 +107,10 @@ class Half:
     key: HalfKey
     op: int  # id of the schedule op it comes from
     instance: int = 0
-    channel: int = 0
 
     @property
     def is_local(self) -> bool:
         return self.peer < 0
-
-    def placed(self, key: HalfKey | None = None, channel: int | None = None) -> "Half":
-        """A copy with a new key or channel (dataclasses.replace is slow at this count)."""
-        return Half(self.id, self.kind, self.rank, self.peer, self.src, self.dst, self.count,
-                    self.key if key is None else key, self.op, self.instance,
-                    self.channel if channel is None else channel)
 
     def reads(self) -> list[Slot]:
         """Slots of its own rank this half reads."""
@@ -126,16 +128,67 @@ class Half:
         return _range(self.dst, self.count)
 
 
+# Kind codes of the half columns (`HalfTable.kind`), in this order.
+HALF_KINDS = (HalfKind.SEND, HalfKind.RECV, HalfKind.RECV_REDUCE, HalfKind.COPY, HalfKind.REDUCE)
+_BUFFER_NAMES = (BufferName.INPUT, BufferName.OUTPUT, BufferName.SCRATCH)
+_PHASE_OF_KIND = (PHASE_SEND, PHASE_RECV, PHASE_RECV, PHASE_LOCAL, PHASE_LOCAL)
+
+
+class HalfTable(Sequence):
+    """The halves of a program as columns, one integer array per field (kinds as
+    indices into HALF_KINDS, buffers as 0 input, 1 output, 2 scratch); a `Half` is
+    built when one is asked for. A million halves at 1,024 GPUs: as objects they took
+    gigabytes and seconds, and the stages that touch every half read the columns."""
+
+    COLUMNS = ("kind", "rank", "peer", "src_buffer", "src_index", "dst_buffer", "dst_index", "count", "step",
+               "fresh", "origin", "position", "piece", "instance", "op")
+    __slots__ = COLUMNS
+
+    def __init__(self, **columns: np.ndarray):
+        for name in self.COLUMNS:
+            setattr(self, name, np.ascontiguousarray(columns[name], dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"half {index} of {len(self)}")
+        return self._row(index, *(getattr(self, name).item(index) for name in self.COLUMNS))
+
+    def __iter__(self):
+        return itertools.starmap(self._row, zip(itertools.count(), *(getattr(self, name).tolist()
+                                                                     for name in self.COLUMNS)))
+
+    @staticmethod
+    def _row(h: int, kind: int, rank: int, peer: int, sb: int, si: int, db: int, di: int, count: int, step: int,
+             fresh: int, origin: int, pos: int, piece: int, inst: int, op: int) -> Half:
+        new = tuple.__new__
+        return new(Half, (h, HALF_KINDS[kind], rank, peer, new(Slot, (_BUFFER_NAMES[sb], si)),
+                          new(Slot, (_BUFFER_NAMES[db], di)), count,
+                          new(HalfKey, (step, _PHASE_OF_KIND[kind], fresh, origin, pos, piece, inst)), op, inst))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, HalfTable):
+            return all(np.array_equal(getattr(self, n), getattr(other, n)) for n in self.COLUMNS)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def _range(slot: Slot, count: int) -> list[Slot]:
     if count == 1:  # most halves: no new Slot
         return [slot]
     return [Slot(slot.buffer, slot.index + k) for k in range(count)]
 
 
-@dataclass(frozen=True, slots=True)
-class LStep:
+class LStep(NamedTuple):
     """A step of a threadblock: one half, a receive fused with a send (receive first),
-    or a `nop` (no halves) that only waits."""
+    or a `nop` (no halves) that only waits. A tuple: one per step, built in one call."""
 
     type: StepType
     halves: tuple[int, ...]
@@ -145,19 +198,13 @@ class LStep:
     hasdep: bool = False
 
 
-# LStep(...) field by field without the frozen dataclass's __init__ (which sets each
-# through object.__setattr__): fusing and numbering make one per step.
-_new_step = object.__new__
-_SET_STEP = tuple(LStep.__dict__[name].__set__ for name in LStep.__slots__)
-assert LStep.__slots__ == ("type", "halves", "wait", "hasdep")
+_new_tuple = tuple.__new__
 
 
 def make_step(type: StepType, halves: tuple[int, ...], wait: tuple[int, int] | None = None,
               hasdep: bool = False) -> LStep:
-    """`LStep(type, halves, wait, hasdep)`, at half the cost."""
-    step = _new_step(LStep)
-    _SET_STEP[0](step, type), _SET_STEP[1](step, halves), _SET_STEP[2](step, wait), _SET_STEP[3](step, hasdep)
-    return step
+    """`LStep(type, halves, wait, hasdep)` without the NamedTuple's Python-level __new__."""
+    return _new_tuple(LStep, (type, halves, wait, hasdep))
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +240,7 @@ class Program:
     nchunksperloop: int
     inplace: bool
     instances: int
-    halves: tuple[Half, ...]
+    halves: Sequence[Half]  # a HalfTable where msccl-threadblocks made them
     # Per half: halves of the same rank that must finish before it (conflicting accesses
     # to a slot, in schedule order).
     preds: tuple[tuple[int, ...], ...]
@@ -209,10 +256,38 @@ class Program:
     # compare integers rather than keys; None: not given (computed on first use).
     places: tuple[int, ...] | None = None
 
+    # The same as arrays where msccl-threadblocks has them: places, candidates (receives,
+    # sends) and predecessor pairs (half, predecessor); None: derived on first use.
+    # (Caches of `places`, `candidates` and `preds`: not compared, not shown.)
+    place_array: np.ndarray | None = field(default=None, compare=False, repr=False)
+    candidate_arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
+    pred_pairs: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
+
     def key_places(self) -> tuple[int, ...]:
         if self.places is None:
             object.__setattr__(self, "places", key_places(self.halves))  # a cache of what the halves fix
         return self.places
+
+    def places_array(self) -> np.ndarray:
+        if self.place_array is None:
+            object.__setattr__(self, "place_array", np.asarray(self.key_places(), dtype=np.int64))
+        return self.place_array
+
+    def candidate_pairs(self, candidates: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates as (receives, sends) arrays."""
+        if self.candidate_arrays is not None:
+            return self.candidate_arrays
+        table = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
+        return table[:, 0].copy(), table[:, 1].copy()
+
+    def predecessor_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(half, predecessor) of every entry of `preds`, by half."""
+        if self.pred_pairs is None:
+            counts = np.fromiter(map(len, self.preds), np.int64, len(self.preds))
+            pred = np.fromiter(itertools.chain.from_iterable(self.preds), np.int64, int(counts.sum()))
+            half = np.repeat(np.arange(len(self.preds), dtype=np.int64), counts)
+            object.__setattr__(self, "pred_pairs", (half, pred))
+        return self.pred_pairs
 
     @property
     def nchannels(self) -> int:
@@ -245,6 +320,27 @@ def remember_last(fn: Callable[[Program], Program]) -> Callable[[Program], Progr
         return last[1]
 
     return wrapper
+
+
+def collections_paused(run: Callable[..., T]) -> Callable[..., T]:
+    """Run a lowering pass with the cyclic garbage collector off.
+
+    A pass builds up to millions of tuples, lists and dicts and no reference cycles, so
+    the collector finds nothing; but CPython still scans the new objects every 100,000
+    allocations (see `collc.ir.heap`), about a fifth of the lowering's time at 256 GPUs.
+    What the pass leaves is scanned once, at the next collection after it."""
+
+    @wraps(run)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():
+            return run(*args, **kwargs)
+        gc.disable()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
 
 
 # --- what the executor calls the collective ------------------------------------------------

@@ -19,7 +19,7 @@ from collc.backends.msccl_xml.dependencies import order_steps
 from collc.backends.msccl_xml.fuse import fuse
 from collc.backends.msccl_xml.halves import split_schedule
 from collc.backends.msccl_xml.program import (
-    LGpu, Program, Stage, base_chunks_per_loop, coll_token,
+    LGpu, Program, Stage, base_chunks_per_loop, coll_token, collections_paused,
 )
 from collc.diagnostics import CollcError
 from collc.backends.msccl_xml.limits import LimitError, PeerLimitError, threadblock_excess
@@ -45,10 +45,10 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     if sms:
         _check_peers(schedule, instances, sms)
     split = split_schedule(schedule, inplace=inplace, instances=instances)
-    tries = channel_counts(split.halves, instances, channels, max_steps)
+    tries = channel_counts(split.arrays, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
-    cache = PlanCache(split.halves, split.candidates, split.places)
+    cache = PlanCache(split.halves, split.candidates, split.places, split.arrays)
     for c in tries:
         plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps,
                                  split.candidates, cache)
@@ -64,18 +64,14 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             if best is None or plan.least_steps < best[0]:
                 best = (plan.least_steps, plan.longest)
             continue
-        # The halves are this function's own (split_schedule made them), so each gets its
-        # channel in place rather than as a copy; every attempt sets all of them.
-        channel_of = plan.channel_of
-        for h in split.halves:
-            object.__setattr__(h, "channel", channel_of.get(h.id, 0))
         halves = split.halves
         program = Program(
             name=schedule.name, collective=coll, coll=token, ngpus=coll.ranks,
             nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
             halves=halves, preds=split.preds, sole_readers=tuple(sorted(split.sole_readers.items())),
             gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED,
-            candidates=split.candidates, places=split.places)
+            candidates=split.candidates, places=split.places, place_array=cache.place_array,
+            candidate_arrays=split.candidate_arrays, pred_pairs=split.pred_pairs)
         # Fusing and dependencies decide the final length of each threadblock; both are
         # deterministic, so the passes that follow reproduce exactly what is measured here.
         steps, where = _longest(order_steps(fuse(program)))
@@ -143,6 +139,7 @@ class AssignThreadblocks(Pass):
     # topology declares (`gpu g[8] sms 80;`), 0: no bound.
     sms: int = -1
 
+    @collections_paused
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.schedule is None:
             raise CollcError("msccl-threadblocks: there is no schedule to lower (run a pass that makes one first)")
