@@ -1,5 +1,3 @@
-import sys
+from collc.cli import run
 
-from collc.cli import main
-
-sys.exit(main())
+run()

@@ -142,3 +142,21 @@ def test_quiet_compile_prints_nothing_not_even_the_solver_banner(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "" and "HiGHS" not in run.stderr
+
+
+def test_the_command_ends_without_tearing_its_heap_down_and_loses_no_output(tmp_path):
+    """`collc` leaves with os._exit once main() returns (the interpreter's teardown of a
+    large compile's objects cost a second): everything printed to a pipe and every file
+    must be complete, and the exit status main() chose must be the process's."""
+    code = ("import sys, collc.cli as c\n"
+            "c.main = lambda: (print('x' * 100_000, end=''), sys.stderr.write('tail'), 3)[2]\n"
+            "c.run()\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and r.stdout == "x" * 100_000 and r.stderr == "tail"
+    # A thread still running keeps the normal exit, which waits for it.
+    code = ("import threading, time, collc.cli as c\n"
+            "t = threading.Thread(target=lambda: (time.sleep(0.3), print('thread done')))\n"
+            "c.main = lambda: (t.start(), 0)[1]\n"
+            "c.run()\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "thread done\n"
