@@ -18,7 +18,7 @@ from collc.backends import BackendOptions, get_backend
 from collc.diagnostics import CollcError, Span
 from collc.ir.collective import Collective
 from collc.ir.heap import few_collections
-from collc.ir.schedule import Schedule
+from collc.ir.schedule import Schedule, rank_peers
 from collc.ir.topology import Topology
 from collc.limits import exceeded, int_limit
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
@@ -128,13 +128,7 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
 
 def most_peers(schedule: Schedule) -> int:
     """The most distinct ranks one rank sends to or receives from in `schedule`."""
-    sends: dict[int, set[int]] = {}
-    recvs: dict[int, set[int]] = {}
-    for op in schedule.ops:
-        a, b = op.src.rank, op.dst.rank
-        if a != b:
-            sends.setdefault(a, set()).add(b)
-            recvs.setdefault(b, set()).add(a)
+    sends, recvs = rank_peers(schedule)
     return max((len(p) for p in (*sends.values(), *recvs.values())), default=0)
 
 

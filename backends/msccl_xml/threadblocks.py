@@ -23,7 +23,7 @@ from collc.backends.msccl_xml.program import (
 )
 from collc.diagnostics import CollcError
 from collc.backends.msccl_xml.limits import LimitError, PeerLimitError, threadblock_excess
-from collc.ir.schedule import Schedule
+from collc.ir.schedule import Schedule, rank_peers
 from collc.ir.topology import Topology
 from collc.passes.base import CompileUnit, Pass, register_pass
 
@@ -103,13 +103,7 @@ def _check_peers(schedule: Schedule, instances: int, sms: int) -> None:
     threadblock sends to one peer and receives from one, so a GPU needs at least as many
     as it has distinct send (or receive) peers, per instance. Placing such a schedule
     would only find out after trying every channel count (minutes at 1,024 GPUs)."""
-    sends: dict[int, set[int]] = {}
-    recvs: dict[int, set[int]] = {}
-    for op in schedule.ops:
-        a, b = op.src.rank, op.dst.rank
-        if a != b:
-            sends.setdefault(a, set()).add(b)
-            recvs.setdefault(b, set()).add(a)
+    sends, recvs = rank_peers(schedule)
     most, rank, what = max(max(((len(p), -r, "sends to") for r, p in sends.items()), default=(0, 0, "")),
                            max(((len(p), -r, "receives from") for r, p in recvs.items()), default=(0, 0, "")))
     excess = threadblock_excess(most * instances, sms)

@@ -178,3 +178,16 @@ class Schedule:
             ops=tuple(Op.from_json(o) for o in d["ops"]), scratch=tuple(d.get("scratch", ())),
             meta=dict(d.get("meta", {})),
         )
+
+
+def rank_peers(schedule: Schedule) -> tuple[dict[int, set[int]], dict[int, set[int]]]:
+    """Per rank, the ranks it sends to and the ranks it receives from (copies within a
+    rank left out): what a runtime with a connection or threadblock per peer sizes."""
+    sends: dict[int, set[int]] = {}
+    recvs: dict[int, set[int]] = {}
+    for op in schedule.ops:
+        a, b = op.src.rank, op.dst.rank
+        if a != b:
+            sends.setdefault(a, set()).add(b)
+            recvs.setdefault(b, set()).add(a)
+    return sends, recvs
