@@ -37,13 +37,15 @@ from collc.passes.base import CompileUnit, parse_pipeline
 from collc.verify import verify
 
 
-def schedule_unit(topology: str, collective: str, algorithm: str | None, size: int) -> CompileUnit:
+def schedule_unit(topology: str, collective: str, algorithm: str | None, size: int,
+                  max_peers: int | None = None) -> CompileUnit:
     """The schedule `collc compile` would lower (synthesized with the backend's op budget
-    where no algorithm is given)."""
+    where no algorithm is given, and at most `max_peers` peers per GPU where given: what
+    the driver asks for after the runtime refused a schedule with too many)."""
     topo = frontend.resolve_topology(topology, None)
     coll = frontend.resolve_collective(collective, topo.num_ranks, None)
     budget = None if algorithm else get_backend("msccl-xml").op_budget(coll.ranks)
-    unit, _ = produce_schedule(CompileJob(topo, coll, size, algorithm=algorithm), budget)
+    unit, _ = produce_schedule(CompileJob(topo, coll, size, algorithm=algorithm), budget, max_peers)
     return unit
 
 
@@ -91,6 +93,8 @@ def main() -> None:
     ap.add_argument("collective", nargs="?")
     ap.add_argument("--algorithm", default=None)
     ap.add_argument("--size", type=int, default=1 << 30)
+    ap.add_argument("--max-peers", type=int, default=None,
+                    help="synthesize with at most this many peers per GPU (dgx_h100(nodes=128) needs 32)")
     ap.add_argument("--save", type=Path, help="keep the schedule in this file (a pickle) before timing")
     ap.add_argument("--load", type=Path, help="time the lowering of a schedule kept with --save")
     args = ap.parse_args()
@@ -103,7 +107,7 @@ def main() -> None:
             schedule = with_standard_collective(schedule)
             unit = CompileUnit(topology, schedule.collective, size, schedule)
         else:
-            unit = schedule_unit(args.topology, args.collective, args.algorithm, args.size)
+            unit = schedule_unit(args.topology, args.collective, args.algorithm, args.size, args.max_peers)
             if args.save is not None:
                 with open(args.save, "wb") as f:
                     pickle.dump((unit.schedule, unit.topology, unit.size_bytes), f, protocol=pickle.HIGHEST_PROTOCOL)
