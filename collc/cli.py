@@ -669,14 +669,16 @@ def run() -> None:
     object. A compile of a few hundred ranks leaves millions of objects (schedules,
     cached collectives and bounds), and the interpreter's own teardown spent 1.1 s of a
     5 s ring(256) compile freeing them. Where a child process or another thread is
-    still running, the normal exit (which waits for them) is kept."""
+    still running, or a profiler or tracer (cProfile, coverage) waits to write its
+    results at exit, the normal exit is kept."""
     code = main()
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except (BrokenPipeError, OSError):
         pass
-    if threading.active_count() == 1 and not _children_alive():
+    if (threading.active_count() == 1 and not _children_alive() and sys.getprofile() is None
+            and sys.gettrace() is None):
         os._exit(code)
     sys.exit(code)
 

@@ -160,3 +160,12 @@ def test_the_command_ends_without_tearing_its_heap_down_and_loses_no_output(tmp_
             "c.run()\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout == "thread done\n"
+
+
+def test_a_profiled_run_keeps_the_normal_exit(tmp_path):
+    # python -m cProfile writes its statistics after the program returns: the fast exit
+    # must not take that away from someone measuring collc.
+    r = subprocess.run([sys.executable, "-m", "cProfile", "-o", "prof.out", "-m", "collc", "list"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "prof.out").stat().st_size > 0
