@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from case_runs import WORK_KEYS, check_names, earlier_rows, run_fresh, save_rows
+
 GIB, MIB = 1 << 30, 1 << 20
 
 
@@ -88,8 +90,7 @@ def run_once(case: Case) -> dict:
         "method": solver["method"], "chunks": solver.get("chunks"), "ops": rep["schedule"]["ops"],
         "first_ratio": (solver["first_estimate_s"] / solver["lower_bound_s"]
                         if solver.get("first_estimate_s") and solver.get("lower_bound_s") else None),
-        "work": {k: solver.get(k) for k in ("solver_runs", "pricing_rounds", "candidates_timed",
-                                            "time_limit_fired")},
+        "work": {k: solver.get(k) for k in WORK_KEYS},
         "tried": solver.get("steady_tried"), "output_sha256": digest.hexdigest(),
     }
 
@@ -99,16 +100,11 @@ def run_case(case: Case) -> dict:
     for busy in (False, True):
         hog = subprocess.Popen([sys.executable, "-c", "while 1: pass"]) if busy else None
         try:
-            load_before = os.getloadavg()[0]
-            proc = subprocess.run([sys.executable, __file__, "--one", case.name], capture_output=True, text=True)
-            load_after = os.getloadavg()[0]
+            row, load_before, load_after = run_fresh(__file__, case.name)
         finally:
             if hog is not None:
                 hog.kill()
                 hog.wait()
-        if proc.returncode != 0:
-            raise SystemExit(f"{case.name}: {proc.stderr[-3000:]}")
-        row = json.loads(proc.stdout.strip().splitlines()[-1])
         row.update(busy_core=busy, load_before=load_before, load_after=load_after)
         rows.append(row)
     first = rows[0]
@@ -184,25 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.cases.split(",") if n] or [c.name for c in CASES]
     if args.scale and not args.cases:
         names += [c.name for c in SCALE]
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        ap.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(by_name)}")
-    from collc.io import atomic_write
-
+    check_names(ap, names, list(by_name))
     out = Path(args.out)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    old = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {}
-    done = {c["case"]: c for c in old.get("cases", []) if "runs" in c}
+    done = earlier_rows(out, keep=lambda row: "runs" in row)
     for name in names:
         case = run_case(by_name[name])
         done[name] = case
         a, b = case["runs"]
         print(f"{name}: x{case['ratio_to_bound']:.4f} of the bound, {a['solver_s']:.1f} / {b['solver_s']:.1f} s, "
               f"{max(a['peak_rss_bytes'], b['peak_rss_bytes']) / MIB:.0f} MiB, {verdict(case)}", flush=True)
-        order = [c.name for c in CASES + SCALE]
-        rows = sorted(done.values(), key=lambda c: order.index(c["case"]) if c["case"] in order else len(order))
-        atomic_write(out.with_suffix(".json"), json.dumps({"machine": machine, "cases": rows}, indent=2) + "\n")
-        atomic_write(out.with_suffix(".md"), markdown(rows, machine))
+        save_rows(out, machine, done, [c.name for c in CASES + SCALE], markdown)
     return 0
 
 

@@ -22,11 +22,11 @@ import json
 import os
 import platform
 import resource
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from case_runs import WORK_KEYS, check_names, earlier_rows, run_fresh, save_rows
 
 GIB, MIB = 1 << 30, 1 << 20
 
@@ -71,18 +71,13 @@ def run_once(case: Case) -> dict:
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "ops": len(unit.schedule.ops), "chunks": solver.get("chunks"), "method": solver.get("method"),
         "ratio_to_bound": solver["estimate_s"] / bound if bound else None,
-        "work": {k: solver.get(k) for k in ("solver_runs", "pricing_rounds", "candidates_timed", "time_limit_fired")},
+        "work": {k: solver.get(k) for k in WORK_KEYS},
         "tried": solver.get("steady_tried"), "rate_model": solver.get("rate_model"),
     }
 
 
 def run_case(case: Case) -> dict:
-    load_before = os.getloadavg()[0]
-    proc = subprocess.run([sys.executable, __file__, "--one", case.name], capture_output=True, text=True)
-    load_after = os.getloadavg()[0]
-    if proc.returncode != 0:
-        raise SystemExit(f"{case.name}: {proc.stderr[-3000:]}")
-    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row, load_before, load_after = run_fresh(__file__, case.name)
     return {"case": case.name, "topology": case.topology, "collective": case.collective,
             "size_bytes": case.size_bytes, "backend": case.backend, "load_before": load_before,
             "load_after": load_after, **row}
@@ -126,24 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_once(by_name[args.one])))
         return 0
     names = [n for n in args.cases.split(",") if n] or list(by_name)
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        ap.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(by_name)}")
-    from collc.io import atomic_write
-
+    check_names(ap, names, list(by_name))
     out = Path(args.out)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    old = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {}
-    done = {r["case"]: r for r in old.get("cases", [])}
-    order = list(by_name)
+    done = earlier_rows(out)
     for name in names:
         row = run_case(by_name[name])
         done[name] = row
         print(f"{name}: {row['cpu_s']:.1f} CPU s, {row['wall_s']:.1f} wall s, {row['peak_rss_bytes'] / MIB:.0f} MiB, "
               f"{row['ops']:,} ops, {row['chunks']} chunks", flush=True)
-        rows = sorted(done.values(), key=lambda r: order.index(r["case"]) if r["case"] in order else len(order))
-        atomic_write(out.with_suffix(".json"), json.dumps({"machine": machine, "cases": rows}, indent=2) + "\n")
-        atomic_write(out.with_suffix(".md"), markdown(rows, machine))
+        save_rows(out, machine, done, list(by_name), markdown)
     return 0
 
 

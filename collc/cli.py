@@ -676,7 +676,7 @@ def run() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     except (BrokenPipeError, OSError):
-        pass
+        pass  # the reader went away (a closed pipe): nothing more can reach it
     if (threading.active_count() == 1 and not _children_alive() and sys.getprofile() is None
             and sys.gettrace() is None):
         os._exit(code)

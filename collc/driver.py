@@ -18,7 +18,7 @@ from collc.backends import BackendOptions, get_backend
 from collc.diagnostics import CollcError, Span
 from collc.ir.collective import Collective
 from collc.ir.heap import few_collections
-from collc.ir.schedule import Schedule, rank_peers
+from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.limits import exceeded, int_limit
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
@@ -124,12 +124,6 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
             solver = {**solver, "backend_max_ops": budget, "backend_max_peers": peers, "refused_by_backend": refused}
         return lowered, solver
     raise AssertionError("unreachable")
-
-
-def most_peers(schedule: Schedule) -> int:
-    """The most distinct ranks one rank sends to or receives from in `schedule`."""
-    sends, recvs = rank_peers(schedule)
-    return max((len(p) for p in (*sends.values(), *recvs.values())), default=0)
 
 
 def _is_stdlib_instance(schedule: Schedule | None, name: str) -> bool:
