@@ -201,7 +201,9 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
                 np.add.at(loads, links, v * classes[cls] / cap[links])
     real = float(loads.max())
     stats = SolveStats(h.getNumCol(), h.getNumRow(), deadline.elapsed())
-    return RateSolution(max(t_value, real), shares, depth, status, stats, "trees", replicated=len(reps))
+    own = tuple(routes for g in range(n_cls) for routes, _, _ in rep_shares[g])
+    return RateSolution(max(t_value, real), shares, depth, status, stats, "trees", replicated=len(reps),
+                        representative_structures=own)
 
 
 def peer_mask(sym: Symmetry, max_peers: int, route_src: np.ndarray, route_dst: np.ndarray) -> np.ndarray | None:

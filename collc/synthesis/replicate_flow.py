@@ -258,4 +258,6 @@ def replicated_path_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
             np.add.at(loads, links, v * classes[key] / np.append(cap, np.inf)[links])
     real = float(loads[:n_links_all].max())
     stats = SolveStats(h.getNumCol(), h.getNumRow(), deadline.elapsed())
-    return RateSolution(max(t_value, real), shares, depth, status, stats, "paths", replicated=n_cls)
+    own = tuple(path for g in range(n_cls) for path, _ in rep_shares[g])
+    return RateSolution(max(t_value, real), shares, depth, status, stats, "paths", replicated=n_cls,
+                        representative_structures=own)

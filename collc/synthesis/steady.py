@@ -83,6 +83,10 @@ class RateSolution:
     stats: SolveStats
     kind: str  # "trees" | "paths"
     replicated: int = 0  # representatives the LP was solved for (0: every source)
+    # Replicated: the representatives' own structures. Every other structure is the image
+    # of one under an automorphism, whose links have the same latencies and bandwidths,
+    # so whatever depends only on route times (pipeline_fill) is computed on these.
+    representative_structures: tuple[tuple[int, ...], ...] = ()
 
 
 def class_key(problem: Problem, k: int) -> tuple:
@@ -628,11 +632,24 @@ def _structure_arrays(net: Network, routes: tuple[int, ...], depths: tuple[int, 
     as arrays: a transfer to a rank that forwards (its tail longer than its own route)
     goes RELAY_LEAD x T ahead of its pace."""
     route_arr = np.asarray(routes, dtype=np.int64)
-    tail_arr = np.asarray(_tails(net, routes, seconds), dtype=float)
-    own = np.array([seconds[r] for r in routes], dtype=float)
+    own_list = [seconds[r] for r in routes]
+    if depths == tuple(range(1, len(routes) + 1)) and _is_chain(net, routes):
+        # A path: each route's tail is its own time plus the rest of the path's, summed
+        # from the end, in the order _tails would add them.
+        tail_arr = np.cumsum(own_list[::-1])[::-1]
+    else:
+        tail_arr = np.asarray(_tails(net, routes, seconds), dtype=float)
+    own = np.array(own_list, dtype=float)
     lead_arr = np.where(tail_arr > own * (1 + 1e-9), RELAY_LEAD * fluid_s, 0.0)
     pos_arr = np.arange(len(routes), dtype=np.int64) if ordered else np.zeros(len(routes), dtype=np.int64)
     return route_arr, np.asarray(depths, dtype=np.int64), pos_arr, tail_arr, lead_arr
+
+
+def _is_chain(net: Network, routes: tuple[int, ...]) -> bool:
+    """Whether routes form one path that visits no rank twice."""
+    ends = [net.routes[r] for r in routes]
+    return (all(a.dst == b.src for a, b in zip(ends, ends[1:]))
+            and len({e.dst for e in ends} | {ends[0].src}) == len(ends) + 1)
 
 
 def pipeline_fill(net: Network, rates: RateSolution, slot_bytes: float) -> float:
@@ -641,17 +658,18 @@ def pipeline_fill(net: Network, rates: RateSolution, slot_bytes: float) -> float
     to the fluid time T at this chunk size."""
     seconds = [r.seconds(slot_bytes) for r in net.routes]
     worst = 0.0
-    for structures in rates.shares.values():
-        for routes, _ in structures:
-            tails = _tails(net, routes, seconds)
-            root = net.routes[routes[0]].src
-            # The root sends to its children one after another, like every other rank.
-            below, busy = 0.0, 0.0
-            firsts = [i for i, r in enumerate(routes) if net.routes[r].src == root]
-            for i in sorted(firsts, key=lambda i: -tails[i]):
-                below = max(below, busy + tails[i])
-                busy += seconds[routes[i]]
-            worst = max(worst, below)
+    every = rates.representative_structures or [routes for structures in rates.shares.values()
+                                                  for routes, _ in structures]
+    for routes in every:
+        tails = _tails(net, routes, seconds)
+        root = net.routes[routes[0]].src
+        # The root sends to its children one after another, like every other rank.
+        below, busy = 0.0, 0.0
+        firsts = [i for i, r in enumerate(routes) if net.routes[r].src == root]
+        for i in sorted(firsts, key=lambda i: -tails[i]):
+            below = max(below, busy + tails[i])
+            busy += seconds[routes[i]]
+        worst = max(worst, below)
     return worst
 
 
