@@ -1,0 +1,37 @@
+"""The JSON backend writes what json.dumps would, in pieces, without holding the text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collc import frontend
+from collc.backends import BackendOptions, get_backend, json_backend
+from collc.driver import CompileJob, schedule_for_backend
+from collc.ir.collective import standard
+
+
+@pytest.fixture(scope="module")
+def unit():
+    topo = frontend.resolve_topology("ring(4)")
+    job = CompileJob(topo, standard("allgather", 4), 1 << 20, algorithm="ring")
+    unit, _ = schedule_for_backend(job, get_backend("json"), BackendOptions())
+    return unit
+
+
+@pytest.mark.parametrize("pieces", [1, 7, 1 << 16])
+def test_the_file_is_json_dumps_byte_for_byte(unit, tmp_path, monkeypatch, pieces):
+    monkeypatch.setattr(json_backend, "PIECES_PER_WRITE", pieces)
+    out = tmp_path / "s.json"
+    json_backend.emit(unit, out, BackendOptions())
+    assert out.read_text() == json.dumps(json_backend.document(unit), indent=1) + "\n"
+
+
+def test_a_large_document_is_written_in_several_pieces(unit, monkeypatch):
+    doc = json_backend.document(unit)
+    # Thousands of tokens: one write at the default batch, many at a batch of 10.
+    assert len(list(json_backend._encoded(doc))) == 1
+    monkeypatch.setattr(json_backend, "PIECES_PER_WRITE", 10)
+    pieces = list(json_backend._encoded(doc))
+    assert len(pieces) > 10 and "".join(pieces) == json.dumps(doc, indent=1) + "\n"
