@@ -30,7 +30,7 @@ import networkx as nx
 import numpy as np
 
 from collc.backends.msccl_xml import slots
-from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places, make_step
+from collc.backends.msccl_xml.program import Half, HalfKind, IntPairs, LStep, LThreadblock, key_places, make_step
 from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
@@ -138,8 +138,11 @@ class PlanCache:
         self.local = local[np.argsort(self.place_array[local], kind="stable")].tolist()
         self.moving_arrays = (moving, cols.rank[moving], cols.peer[moving], cols.kind[moving] == slots.SEND)
         # Fusion candidates (receive, send), and (rank, receive peer, send peer) of each.
-        cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
-        ca, cb = cand[:, 0], cand[:, 1]
+        if isinstance(candidates, IntPairs):
+            ca, cb = candidates.first, candidates.second
+        else:
+            cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
+            ca, cb = cand[:, 0], cand[:, 1]
         self.candidate_arrays = (ca, cb, cols.rank[ca], cols.peer[ca], cols.peer[cb])
         # Transfers: the sends of instance 0, numbered in half order, (position, piece)
         # each; and connections, (sender, receiver), numbered in order of first use.
@@ -157,9 +160,32 @@ class PlanCache:
         self.ranks = 1 + max((max(c) for c in self.conn_number), default=0)
         # The transfer of each moving half (by its (position, piece)).
         self.transfer_of_moving = _transfer_numbers(cols, sends0, moving)
-        # Chains, as lists of transfer numbers.
-        self.chains, chain_of = _chains(cols, sends0, ca, cb, self.place_array)
-        self.chain_uses = _chain_uses(self.chains, chain_of, self.conn, senders.tolist(), receivers.tolist())
+        self._chain_inputs = (cols, sends0, ca, cb)
+        self._chain_plan: tuple[list[list[int]], list[_Uses]] | None = None
+        self.chain_plan()
+
+    def chain_plan(self) -> tuple[list[list[int]], list[_Uses]]:
+        """The chains, as lists of transfer numbers, and the connections each uses."""
+        if self._chain_plan is None:
+            cols, sends0, ca, cb = self._chain_inputs
+            chains, chain_of = _chains(cols, sends0, ca, cb, self.place_array)
+            senders, receivers = cols.rank[sends0], cols.peer[sends0]
+            self._chain_plan = chains, _chain_uses(chains, chain_of, self.conn, senders.tolist(), receivers.tolist())
+        return self._chain_plan
+
+    @property
+    def chains(self) -> list[list[int]]:
+        return self.chain_plan()[0]
+
+    @property
+    def chain_uses(self) -> list[_Uses]:
+        return self.chain_plan()[1]
+
+    def forget_chains(self) -> None:
+        """Free the chains (a chain per chunk, half a GiB at 1,024 GPUs) while the plan
+        they gave is measured; `chain_plan` finds them again if another channel count
+        must be tried."""
+        self._chain_plan = None
 
 
 def _transfer_numbers(cols: HalfArrays, sends0: np.ndarray, halves: np.ndarray) -> np.ndarray:
@@ -266,7 +292,7 @@ def _assign_channels(cache: PlanCache, c: int) -> np.ndarray | None:
     across two channels then do not fuse, which costs steps, not correctness."""
     table = _ChannelTable(c, cache.ranks, len(cache.conn_number))
     channel = np.zeros(cache.transfer_count, dtype=np.int64)
-    for chain, uses in zip(cache.chains, cache.chain_uses):
+    for chain, uses in zip(*cache.chain_plan()):
         best = table.best(uses)
         if best >= 0:
             table.add(uses, best)
@@ -296,20 +322,36 @@ class _Uses:
     """The connections a chain uses, ((sender, receiver), connection number, messages)
     each, and what `_ChannelTable` asks of them, as arrays."""
 
+    __slots__ = ("items", "ids", "messages", "senders", "new_receivers", "receivers", "new_senders")
+
     def __init__(self, items: list[tuple[tuple[int, int], int, int]]):
         self.items = items
         # The chain's own peers count too: it may add several to one rank.
-        self.to: dict[int, list[int]] = {}
-        self.came: dict[int, list[int]] = {}
-        for (a, b), _, _ in items:
-            self.to.setdefault(a, []).append(b)
-            self.came.setdefault(b, []).append(a)
+        to, came = self.to, self.came
         self.ids = np.array([i for _, i, _ in items], dtype=np.int64)
         self.messages = np.array([n for _, _, n in items], dtype=np.int64)
-        self.senders = np.array(list(self.to), dtype=np.int64)
-        self.new_receivers = np.array([len(v) for v in self.to.values()], dtype=np.int64)
-        self.receivers = np.array(list(self.came), dtype=np.int64)
-        self.new_senders = np.array([len(v) for v in self.came.values()], dtype=np.int64)
+        self.senders = np.array(list(to), dtype=np.int64)
+        self.new_receivers = np.array([len(v) for v in to.values()], dtype=np.int64)
+        self.receivers = np.array(list(came), dtype=np.int64)
+        self.new_senders = np.array([len(v) for v in came.values()], dtype=np.int64)
+
+    # The peers themselves, by rank, are asked for only by the exact test (`_fits`):
+    # not kept (a chain per chunk: hundreds of thousands at 1,024 GPUs).
+    @property
+    def to(self) -> dict[int, list[int]]:
+        """Sender -> the receivers it sends to in this chain, in order of first use."""
+        out: dict[int, list[int]] = {}
+        for (a, b), _, _ in self.items:
+            out.setdefault(a, []).append(b)
+        return out
+
+    @property
+    def came(self) -> dict[int, list[int]]:
+        """Receiver -> the senders it receives from in this chain, in order of first use."""
+        out: dict[int, list[int]] = {}
+        for (a, b), _, _ in self.items:
+            out.setdefault(b, []).append(a)
+        return out
 
 
 class _ChannelTable:

@@ -126,12 +126,6 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
                                 needed)
 
 
-def grouped(owner: np.ndarray, value: np.ndarray, n: int) -> tuple[tuple[int, ...], ...]:
-    """Per owner 0..n-1, its values in order (`owner` is sorted)."""
-    bounds = np.searchsorted(owner, np.arange(n + 1)).tolist()
-    values = value.tolist()
-    empty: tuple[int, ...] = ()
-    return tuple(tuple(values[a:b]) if a != b else empty for a, b in zip(bounds, bounds[1:]))
 
 
 def _sole_readers(kind: np.ndarray, count: np.ndarray, e_half: np.ndarray, e_slot: np.ndarray,

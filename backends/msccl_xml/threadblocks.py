@@ -64,6 +64,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             if best is None or plan.least_steps < best[0]:
                 best = (plan.least_steps, plan.longest)
             continue
+        cache.forget_chains()
         halves = split.halves
         program = Program(
             name=schedule.name, collective=coll, coll=token, ngpus=coll.ranks,
