@@ -122,6 +122,8 @@ class PlanCache:
                  places: Sequence[int] | None = None, arrays: HalfArrays | None = None):
         self.places = key_places(halves) if places is None else places
         self.place_array = np.asarray(self.places, dtype=np.int64)
+        if isinstance(self.places, np.ndarray):
+            self.places = self.place_array  # read one at a time only for local halves
         cols = half_arrays(halves) if arrays is None else arrays
         kinds = cols.kind.tolist()
         # The one-half step of each half, as `_finish` puts it in a threadblock (every
@@ -277,7 +279,7 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
     if per_rank is None:
         return None
     rank, steps, tb = _largest(per_rank, cache)
-    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), steps,
+    return TbPlan(c, tuple(_finish(tbs, cache.place_array, cache.single_steps) for tbs in per_rank), steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
@@ -607,11 +609,13 @@ def _repeated(values: np.ndarray) -> np.ndarray:
     return counts[inverse.reshape(-1)] > 1
 
 
-def _finish(tbs: list[_Tb], places: tuple[int, ...], single_steps: list[LStep]) -> tuple[LThreadblock, ...]:
+def _finish(tbs: list[_Tb], places: np.ndarray, single_steps: list[LStep]) -> tuple[LThreadblock, ...]:
     for tb in tbs:
-        tb.halves.sort(key=places.__getitem__)
+        if len(tb.halves) > 1:  # in key order (places are distinct)
+            halves = np.array(tb.halves, dtype=np.int64)
+            tb.halves = halves[np.argsort(places[halves])].tolist()
     # (An empty threadblock sorts first among those with the same peers and channel.)
-    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, places[tb.halves[0]] if tb.halves else -1))
+    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, places.item(tb.halves[0]) if tb.halves else -1))
     out = []
     for i, tb in enumerate(ordered):
         steps = tuple(map(single_steps.__getitem__, tb.halves))

@@ -102,7 +102,7 @@ class _Layout:
         self.step_of_half[flat] = np.repeat(np.arange(self.steps, dtype=np.int64), counts)
         first = flat[np.cumsum(counts) - counts] if self.steps else flat
         self.first_half = first
-        self.place = np.asarray(program.key_places(), dtype=np.int64)[first]
+        self.place = program.places_array()[first]
         self.touched: list[bool] = []
 
     def tbs_with_reductions(self, program: Program) -> set[int]:

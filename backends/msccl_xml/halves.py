@@ -43,13 +43,15 @@ from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 class Halves:
     halves: HalfTable
     preds: PerHalf
-    sole_readers: dict[int, int]
+    # (receive-reduce half, the only half that reads its sum), by receive.
+    sole_readers: IntPairs
     # Per rank: (i_chunks, o_chunks, s_chunks) as the program names them.
     buffers: tuple[tuple[int, int, int], ...]
     # (receive half, send half) fusion candidates (`channels.fusion_candidates`), found once.
     candidates: IntPairs
-    # Per half: the rank of its key among all keys (`key_places`).
-    places: tuple[int, ...]
+    # Per half: the rank of its key among all keys (`key_places`), an array (as a tuple
+    # of ints, 170 MiB at 1,024 GPUs).
+    places: np.ndarray
     # The fields the threadblock planning reads, as arrays.
     arrays: HalfArrays
     # `candidates` and `preds` as arrays: (receives, sends) and (half, predecessor).
@@ -103,8 +105,8 @@ def split_schedule(schedule: Schedule, inplace: bool = False, instances: int = 1
     fresh, origin = _forward_order(cols, candidates)
     places = _key_places(cols, fresh, origin)
     halves = _half_table(cols, fresh, origin)
-    return Halves(halves, preds, sole_readers, buffer_sizes(schedule, inplace, instances),
-                  IntPairs(*candidates), tuple(places.tolist()),
+    return Halves(halves, preds, IntPairs(*sole_readers), buffer_sizes(schedule, inplace, instances),
+                  IntPairs(*candidates), places,
                   HalfArrays(cols.kind, cols.rank, cols.peer, cols.position, cols.piece, cols.instance),
                   candidates, (pair_half, pair_pred))
 

@@ -316,8 +316,9 @@ class Program:
     # to a slot, in schedule order). A PerHalf where msccl-threadblocks made them.
     preds: Sequence[tuple[int, ...]]
     # Receive-reduce half -> the only half that reads the sum it stores, where nothing
-    # else ever needs that sum (so the pair can become `rrs`, which does not store it).
-    sole_readers: tuple[tuple[int, int], ...]
+    # else ever needs that sum (so the pair can become `rrs`, which does not store it):
+    # (receive, reader) pairs by receive, an IntPairs where msccl-threadblocks found them.
+    sole_readers: Sequence[tuple[int, int]]
     gpus: tuple[LGpu, ...]
     stage: Stage = Stage.ASSIGNED
     # (receive, send) fusion candidates (`channels.fusion_candidates`) where known, so
@@ -325,7 +326,9 @@ class Program:
     # them); None: not given.
     candidates: Sequence[tuple[int, int]] | None = None
     # Per half: the rank of its key among all keys (`halves.key_places`), so that stages
-    # compare integers rather than keys; None: not given (computed on first use).
+    # compare integers rather than keys; None: not given (computed on first use, from
+    # `place_array` where given: msccl-threadblocks gives only the array, the stages that
+    # read every place read that).
     places: tuple[int, ...] | None = None
 
     # The same as arrays where msccl-threadblocks has them: places, candidates (receives,
@@ -337,7 +340,9 @@ class Program:
 
     def key_places(self) -> tuple[int, ...]:
         if self.places is None:
-            object.__setattr__(self, "places", key_places(self.halves))  # a cache of what the halves fix
+            # A cache of what the halves fix.
+            places = tuple(self.place_array.tolist()) if self.place_array is not None else key_places(self.halves)
+            object.__setattr__(self, "places", places)
         return self.places
 
     def places_array(self) -> np.ndarray:

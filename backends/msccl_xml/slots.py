@@ -42,13 +42,13 @@ def _expand(half: np.ndarray, first: np.ndarray, count: np.ndarray) -> tuple[np.
 
 def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, src_index: np.ndarray,
                   dst_buffer: np.ndarray, dst_index: np.ndarray, count: np.ndarray, needed: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
+                  ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """(half, predecessor) pairs: per half, the earlier halves of its rank it conflicts
     with, by half and then in the order the sequential walk finds them (per access, the
     slot's last writer, then for a write the slot's readers since), each once; and, for
     receive-reduce halves whose stored sum exactly one later half reads (and nobody
-    needs at the end), that reader. `needed`: the codes of
-    the slots the postcondition names."""
+    needs at the end), that reader: (receive-reduce halves in order, their readers).
+    `needed`: the codes of the slots the postcondition names."""
     n = len(kind)
     ids = np.arange(n, dtype=np.int64)
     count = count.astype(np.int64)
@@ -130,13 +130,13 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
 
 def _sole_readers(kind: np.ndarray, count: np.ndarray, e_half: np.ndarray, e_slot: np.ndarray,
                   e_write: np.ndarray, pos: np.ndarray, prev_write: np.ndarray, next_write: np.ndarray,
-                  group_end: np.ndarray, needed: np.ndarray) -> dict[int, int]:
-    """Receive-reduce half -> the one half that reads what it stored, where in every slot
-    it wrote exactly that half reads the stored value, once, and the slot is overwritten
-    later or not named by the postcondition."""
+                  group_end: np.ndarray, needed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Receive-reduce halves, in order, and for each the one half that reads what it
+    stored, where in every slot it wrote exactly that half reads the stored value, once,
+    and the slot is overwritten later or not named by the postcondition."""
     writes_rr = e_write & (kind[e_half] == RECV_REDUCE)
     if not writes_rr.any():
-        return {}
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     at = pos[writes_rr]
     writer = e_half[writes_rr]
     # The value lives until the next write of the slot (or the end): every event in
@@ -155,4 +155,4 @@ def _sole_readers(kind: np.ndarray, count: np.ndarray, e_half: np.ndarray, e_slo
     same_reader = np.minimum.reduceat(reader, starts) == np.maximum.reduceat(reader, starts)
     heads = writer[starts]
     sole = all_ok & same_reader & (slots == count[heads])
-    return dict(zip(heads[sole].tolist(), reader[starts][sole].tolist()))
+    return heads[sole], reader[starts][sole]

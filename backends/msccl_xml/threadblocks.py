@@ -69,9 +69,9 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         program = Program(
             name=schedule.name, collective=coll, coll=token, ngpus=coll.ranks,
             nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
-            halves=halves, preds=split.preds, sole_readers=tuple(sorted(split.sole_readers.items())),
+            halves=halves, preds=split.preds, sole_readers=split.sole_readers,
             gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED,
-            candidates=split.candidates, places=split.places, place_array=cache.place_array,
+            candidates=split.candidates, place_array=cache.place_array,
             candidate_arrays=split.candidate_arrays, pred_pairs=split.pred_pairs)
         # Fusing and dependencies decide the final length of each threadblock; both are
         # deterministic, so the passes that follow reproduce exactly what is measured here.
