@@ -119,7 +119,8 @@ class PlanCache:
     the chains, and the matchings of `_pair` (see `_matching`)."""
 
     def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]],
-                 places: Sequence[int] | None = None, arrays: HalfArrays | None = None):
+                 places: Sequence[int] | None = None, arrays: HalfArrays | None = None,
+                 matchings: dict[tuple, list[tuple[int, int]]] | None = None):
         self.places = key_places(halves) if places is None else places
         self.place_array = np.asarray(self.places, dtype=np.int64)
         if isinstance(self.places, np.ndarray):
@@ -131,7 +132,7 @@ class PlanCache:
         step_of = [_STEP_TYPE[k] for k in (HalfKind.SEND, HalfKind.RECV, HalfKind.RECV_REDUCE, HalfKind.COPY,
                                            HalfKind.REDUCE)]
         self.single_steps = [make_step(step_of[k], (h,)) for h, k in enumerate(kinds)]
-        self.matchings: dict[tuple, list[tuple[int, int]]] = {}
+        self.matchings: dict[tuple, list[tuple[int, int]]] = {} if matchings is None else matchings
         # Every half of a transfer, in order: its instance.
         moving = np.flatnonzero(cols.peer >= 0)
         self.instance = cols.instance[moving]
@@ -162,32 +163,9 @@ class PlanCache:
         self.ranks = 1 + max((max(c) for c in self.conn_number), default=0)
         # The transfer of each moving half (by its (position, piece)).
         self.transfer_of_moving = _transfer_numbers(cols, sends0, moving)
-        self._chain_inputs = (cols, sends0, ca, cb)
-        self._chain_plan: tuple[list[list[int]], list[_Uses]] | None = None
-        self.chain_plan()
-
-    def chain_plan(self) -> tuple[list[list[int]], list[_Uses]]:
-        """The chains, as lists of transfer numbers, and the connections each uses."""
-        if self._chain_plan is None:
-            cols, sends0, ca, cb = self._chain_inputs
-            chains, chain_of = _chains(cols, sends0, ca, cb, self.place_array)
-            senders, receivers = cols.rank[sends0], cols.peer[sends0]
-            self._chain_plan = chains, _chain_uses(chains, chain_of, self.conn, senders.tolist(), receivers.tolist())
-        return self._chain_plan
-
-    @property
-    def chains(self) -> list[list[int]]:
-        return self.chain_plan()[0]
-
-    @property
-    def chain_uses(self) -> list[_Uses]:
-        return self.chain_plan()[1]
-
-    def forget_chains(self) -> None:
-        """Free the chains (a chain per chunk, half a GiB at 1,024 GPUs) while the plan
-        they gave is measured; `chain_plan` finds them again if another channel count
-        must be tried."""
-        self._chain_plan = None
+        # Chains, as lists of transfer numbers.
+        self.chains, chain_of = _chains(cols, sends0, ca, cb, self.place_array)
+        self.chain_uses = _chain_uses(self.chains, chain_of, self.conn, senders.tolist(), receivers.tolist())
 
 
 def _transfer_numbers(cols: HalfArrays, sends0: np.ndarray, halves: np.ndarray) -> np.ndarray:
@@ -294,7 +272,7 @@ def _assign_channels(cache: PlanCache, c: int) -> np.ndarray | None:
     across two channels then do not fuse, which costs steps, not correctness."""
     table = _ChannelTable(c, cache.ranks, len(cache.conn_number))
     channel = np.zeros(cache.transfer_count, dtype=np.int64)
-    for chain, uses in zip(*cache.chain_plan()):
+    for chain, uses in zip(cache.chains, cache.chain_uses):
         best = table.best(uses)
         if best >= 0:
             table.add(uses, best)
