@@ -39,6 +39,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import chain
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -79,6 +80,9 @@ def order_steps(program: Program) -> Program:
     return replace(program, gpus=tuple(gpus), stage=Stage.ORDERED)
 
 
+_step_halves = itemgetter(1)  # LStep.halves, read at C level
+
+
 class _Layout:
     """Every step of the program numbered globally (GPU by GPU, threadblock by
     threadblock), as arrays: its threadblock (global number), its index there, the
@@ -93,7 +97,7 @@ class _Layout:
         self.tbs_per_gpu = [len(g.tbs) for g in program.gpus]
         per_tb = np.fromiter(map(len, (tb.steps for tb in tbs)), np.int64, len(tbs))
         self.tb_start = (np.cumsum(per_tb) - per_tb).tolist()
-        step_halves = [step.halves for tb in tbs for step in tb.steps]
+        step_halves = list(map(_step_halves, chain.from_iterable(tb.steps for tb in tbs)))
         self.steps = len(step_halves)
         self.tb_of_step = np.repeat(np.arange(len(tbs), dtype=np.int64), per_tb)
         starts = np.asarray(self.tb_start, dtype=np.int64)
