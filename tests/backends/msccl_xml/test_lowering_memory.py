@@ -203,3 +203,63 @@ class _Node:
     def __init__(self, payload):
         self.payload = payload
         self.me = self  # a cycle: only the collector frees it
+
+
+def _plain_merged(schedule, max_count):
+    """msccl-merge's renaming op by op, as it was written before it moved to arrays: the
+    runs (same grouping as `_runs`), then per run its deps sorted and each once, renamed
+    to the ids of the run that now does each one's work, each id once."""
+    from collc.backends.msccl_xml.merge import _columns, _runs
+    from collc.ir.schedule import Op
+
+    ops = schedule.ops
+    cols = _columns(schedule)
+    order, run_start = _runs(cols, max_count)
+    starts = np.flatnonzero(run_start).tolist()
+    bounds = starts + [len(order)]
+    order = order.tolist()
+    next_id = 1 + max(op.id for op in ops)
+    replacement, run_ids, extra = {}, {}, 0
+    for r, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        total = sum(ops[k].count for k in order[lo:hi])
+        pieces = -(-total // max_count)
+        if hi - lo > 1 or pieces > 1:
+            run_ids[r] = (ops[order[lo]].id, *range(next_id + extra, next_id + extra + pieces - 1))
+            for k in order[lo:hi]:
+                replacement[ops[k].id] = run_ids[r]
+        extra += pieces - 1
+    if not run_ids:
+        return ops  # nothing merged or split: the schedule as it is
+    placed = []
+    for r, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        first = ops[order[lo]]
+        old = sorted({d for k in order[lo:hi] for d in ops[k].deps})
+        deps = tuple(dict.fromkeys(x for d in old for x in replacement.get(d, (d,))))
+        ids = run_ids.get(r)
+        pos = min(order[lo:hi])
+        if ids is None and deps == first.deps:
+            placed.append(((first.step, pos, 0), first))
+            continue
+        ids = ids or (first.id,)
+        total = sum(ops[k].count for k in order[lo:hi])
+        for piece, offset in enumerate(range(0, total, max_count)):
+            placed.append(((first.step, pos, piece), Op(
+                ids[piece], first.kind, first.src.shifted(offset) if offset else first.src,
+                first.dst.shifted(offset) if offset else first.dst, count=min(max_count, total - offset),
+                deps=deps, step=first.step, route=first.route, origin=first.origin)))
+    return tuple(op for _, op in sorted(placed, key=lambda p: p[0]))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+@pytest.mark.parametrize("max_count", [1, 2, 71])
+def test_merged_ops_are_the_plain_renaming(name, max_count):
+    schedule = SCHEDULES[name]()
+    merged = merge_ops(schedule, max_count=max_count)
+    assert merged.ops == _plain_merged(schedule, max_count)
+
+
+@given(st.integers(2, 7), st.integers(1, 4), st.integers(0, 10 ** 6), st.integers(1, 5))
+@settings(max_examples=40, deadline=None)
+def test_merged_random_schedules_are_the_plain_renaming(ranks, chunks, seed, max_count):
+    schedule = ms.random_allgather(ranks, chunks, seed=seed)
+    assert merge_ops(schedule, max_count=max_count).ops == _plain_merged(schedule, max_count)
