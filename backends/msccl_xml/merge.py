@@ -13,6 +13,7 @@ the pass manager re-verifies.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 import numpy as np
 
@@ -140,7 +141,7 @@ def _rebuilt(ops: tuple[Op, ...], cols: dict[str, np.ndarray], order: np.ndarray
     more_pos: list[int] = []
     more_piece: list[int] = []
     rest = np.flatnonzero(~kept)
-    deps_of = _renamed_deps(cols, run_of, dep_pos, dep_changed, rest, kept, changed, pieces, extra, ids[leaders],
+    deps_of = _renamed_deps(ops, cols, run_of, dep_pos, dep_changed, rest, kept, changed, pieces, extra, ids[leaders],
                             next_id)
     make = Op.make
     order_list, starts_list, pieces_list = order.tolist(), starts.tolist(), pieces.tolist()
@@ -188,7 +189,7 @@ def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(found, by_id[at], -1)
 
 
-def _renamed_deps(cols: dict[str, np.ndarray], run_of: np.ndarray, dep_pos: np.ndarray, dep_changed: np.ndarray,
+def _renamed_deps(ops: tuple[Op, ...], cols: dict[str, np.ndarray], run_of: np.ndarray, dep_pos: np.ndarray, dep_changed: np.ndarray,
                   rest: np.ndarray, kept: np.ndarray, changed: np.ndarray, pieces: np.ndarray, extra: np.ndarray,
                   leader_ids: np.ndarray, next_id: int) -> list[tuple[int, ...]]:
     """The dependencies of each run of `rest`, in its order: the deps of all the run's
@@ -218,8 +219,13 @@ def _renamed_deps(cols: dict[str, np.ndarray], run_of: np.ndarray, dep_pos: np.n
     first.sort()
     owner, value = owner[first], value[first]
     bounds = np.searchsorted(owner, np.r_[rest, np.iinfo(np.int64).max]) if len(rest) else np.zeros(1, np.int64)
-    # Runs of `rest` with no dependencies get ().
+    # Runs of `rest` with no dependencies get (). The ids are the ops' own int objects
+    # where ids are positions (as the tuples they replace held): two million fewer ints.
     values = value.tolist()
+    if np.array_equal(cols["ids"], np.arange(len(run_of))) and next_id == len(run_of):
+        objects = [*map(attrgetter("id"), ops), *range(next_id, next_id + int(extra[-1] + pieces[-1]) - 1)]
+        values = list(map(objects.__getitem__, values))
+        del objects
     b = bounds.tolist()
     empty: tuple[int, ...] = ()
     return [tuple(values[lo:hi]) if hi > lo else empty for lo, hi in zip(b, b[1:])]
