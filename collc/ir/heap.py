@@ -17,7 +17,7 @@ on again starts a young collection, and every object made in the block is young:
 keeps (5 s). On leaving, the block's survivors are therefore moved straight to the
 oldest generation without a scan (`gc.freeze()` then `gc.unfreeze()`: two list splices),
 where only a full collection looks at them, as it would once they had survived two
-younger ones.
+younger ones. (Not in a program that froze objects itself: see `_to_oldest_generation`.)
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ def few_collections() -> Iterator[None]:
 
 def _to_oldest_generation() -> None:
     """Every object the collector tracks into its oldest generation, unscanned; resets
-    the young generation's allocation count (gc.freeze does)."""
+    the young generation's allocation count (gc.freeze does). Not where the program
+    froze objects itself (unfreezing would hand those back to the collector): the
+    collector then runs as it would have."""
+    if gc.get_freeze_count():
+        return
     gc.freeze()
     gc.unfreeze()

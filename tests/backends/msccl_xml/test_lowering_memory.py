@@ -199,6 +199,19 @@ def test_leaving_few_collections_sets_off_no_collection_and_frees_cycles():
     assert len(kept) == 300_000 and len(extra) == 10
 
 
+def test_objects_frozen_by_the_program_stay_frozen():
+    frozen = [[i] for i in range(10)]
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with few_collections():
+            made = [[i] for i in range(10)]
+        assert gc.get_freeze_count() == before  # not handed back to the collector
+    finally:
+        gc.unfreeze()
+    assert len(frozen) == len(made) == 10
+
+
 class _Node:
     def __init__(self, payload):
         self.payload = payload
