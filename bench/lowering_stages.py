@@ -3,7 +3,10 @@ re-verification of the merged schedule, and writing the file, for one problem.
 
 The schedule is produced first (a hand-written algorithm or synthesis, as `collc
 compile` would) and is not timed; the stages then run as the driver runs them, in one
-process with the driver's garbage-collector setting. Peak memory is the process's.
+process with the driver's garbage-collector setting, the lowering holding the only
+reference to the schedule, and the pass manager's re-verification after a pass that
+changed the schedule (`collc.regrouped.verify_rewritten`). After each stage the
+process's resident and peak memory (VmRSS, VmHWM) are printed beside its CPU seconds.
 
     python3 bench/lowering_stages.py "ring(256)" allreduce --algorithm ring
     python3 bench/lowering_stages.py "dgx_h100(nodes=16)" allgather
@@ -34,7 +37,7 @@ from collc.ir.collective import CollectiveKind, standard
 from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
 from collc.passes.base import CompileUnit, parse_pipeline
-from collc.verify import verify
+from collc.regrouped import verify_rewritten
 
 
 def schedule_unit(topology: str, collective: str, algorithm: str | None, size: int,
@@ -66,24 +69,45 @@ def with_standard_collective(schedule: Schedule) -> Schedule:
     return replace(schedule, collective=same)
 
 
-def stages(unit: CompileUnit) -> list[tuple[str, float]]:
+def memory_mib() -> tuple[int, int]:
+    """(resident now, peak so far) of this process in MiB, from /proc/self/status (Linux;
+    elsewhere the peak from getrusage twice). Sampled after each stage: tracemalloc
+    snapshots take minutes at a million halves."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("VmRSS", "VmHWM")))
+        return int(fields["VmRSS"].split()[0]) // 1024, int(fields["VmHWM"].split()[0]) // 1024
+    except (OSError, KeyError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        return peak, peak
+
+
+Row = tuple[str, float, int, int]  # stage, CPU s, resident MiB after it, peak MiB so far
+
+
+def stages(units: list[CompileUnit]) -> list[Row]:
+    """Time the lowering of the unit in `units` (a list, emptied here: the lowering
+    holds the only reference to the schedule, as in the driver, so that what a pass
+    replaces is freed)."""
+    unit = units.pop()
     back = get_backend("msccl-xml")
     coll_token(unit.schedule.collective)  # the driver checks the collective before solving, as here
     options = BackendOptions()
-    out: list[tuple[str, float]] = [("schedule ops", float(len(unit.schedule.ops)))]
+    out: list[Row] = [("schedule ops", float(len(unit.schedule.ops)), *memory_mib())]
     for p in parse_pipeline(back.lowering(options)):
         before = unit.schedule
         t0 = time.process_time()
         unit = p.run(unit)
-        out.append((p.name, time.process_time() - t0))
-        if unit.schedule is not before:  # the pass manager re-verifies a changed schedule
+        out.append((p.name, time.process_time() - t0, *memory_mib()))
+        if unit.schedule is not before:  # the pass manager re-verifies a changed schedule, so here
             t0 = time.process_time()
-            verify(unit.schedule, unit.topology)
-            out.append((f"re-verify after {p.name}", time.process_time() - t0))
+            verify_rewritten(before, unit.schedule, unit.topology)
+            out.append((f"re-verify after {p.name}", time.process_time() - t0, *memory_mib()))
+        before = None
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.process_time()
         back.emit(unit, Path(tmp) / "out.xml", options)
-        out.append(("write XML", time.process_time() - t0))
+        out.append(("write XML", time.process_time() - t0, *memory_mib()))
     return out
 
 
@@ -105,22 +129,25 @@ def main() -> None:
             with open(args.load, "rb") as f:
                 schedule, topology, size = pickle.load(f)
             schedule = with_standard_collective(schedule)
-            unit = CompileUnit(topology, schedule.collective, size, schedule)
+            units = [CompileUnit(topology, schedule.collective, size, schedule)]
+            del schedule
         else:
-            unit = schedule_unit(args.topology, args.collective, args.algorithm, args.size, args.max_peers)
+            units = [schedule_unit(args.topology, args.collective, args.algorithm, args.size, args.max_peers)]
             if args.save is not None:
                 with open(args.save, "wb") as f:
+                    unit = units[0]
                     pickle.dump((unit.schedule, unit.topology, unit.size_bytes), f, protocol=pickle.HIGHEST_PROTOCOL)
-        rows = stages(unit)
-    print(f"| stage | CPU s |\n|---|---|")
+                    del unit
+        rows = stages(units)
+    print("| stage | CPU s | resident MiB after | peak MiB so far |\n|---|---|---|---|")
     total = 0.0
-    for name, value in rows:
+    for name, value, rss, peak in rows:
         if name == "schedule ops":
-            print(f"| ({int(value):,} ops) | |")
+            print(f"| ({int(value):,} ops) | | {rss:,} | {peak:,} |")
             continue
         total += value
-        print(f"| `{name}` | {value:.2f} |")
-    print(f"| all of the above | {total:.2f} |")
+        print(f"| `{name}` | {value:.2f} | {rss:,} | {peak:,} |")
+    print(f"| all of the above | {total:.2f} | | |")
     print(f"\npeak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (schedule included)")
 
 

@@ -23,6 +23,7 @@ peer. The plan:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from itertools import chain, repeat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ import networkx as nx
 import numpy as np
 
 from collc.backends.msccl_xml import slots
-from collc.backends.msccl_xml.program import Half, HalfKind, LStep, LThreadblock, key_places, make_step
+from collc.backends.msccl_xml.program import Half, HalfKind, IntPairs, LStep, LThreadblock, key_places
 from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
@@ -119,17 +120,22 @@ class PlanCache:
     the chains, and the matchings of `_pair` (see `_matching`)."""
 
     def __init__(self, halves: tuple[Half, ...], candidates: Sequence[tuple[int, int]],
-                 places: Sequence[int] | None = None, arrays: HalfArrays | None = None):
+                 places: Sequence[int] | None = None, arrays: HalfArrays | None = None,
+                 matchings: dict[tuple, list[tuple[int, int]]] | None = None):
         self.places = key_places(halves) if places is None else places
         self.place_array = np.asarray(self.places, dtype=np.int64)
+        if isinstance(self.places, np.ndarray):
+            self.places = self.place_array  # read one at a time only for local halves
         cols = half_arrays(halves) if arrays is None else arrays
         kinds = cols.kind.tolist()
         # The one-half step of each half, as `_finish` puts it in a threadblock (every
         # channel count tried gives each half this same step).
         step_of = [_STEP_TYPE[k] for k in (HalfKind.SEND, HalfKind.RECV, HalfKind.RECV_REDUCE, HalfKind.COPY,
                                            HalfKind.REDUCE)]
-        self.single_steps = [make_step(step_of[k], (h,)) for h, k in enumerate(kinds)]
-        self.matchings: dict[tuple, list[tuple[int, int]]] = {}
+        # Built at C level (four million at 1,024 GPUs): (type, (h,), no wait, no hasdep).
+        rows = zip(map(step_of.__getitem__, kinds), zip(range(len(kinds))), repeat(None), repeat(False))
+        self.single_steps = list(map(tuple.__new__, repeat(LStep), rows))
+        self.matchings: dict[tuple, list[tuple[int, int]]] = {} if matchings is None else matchings
         # Every half of a transfer, in order: its instance.
         moving = np.flatnonzero(cols.peer >= 0)
         self.instance = cols.instance[moving]
@@ -138,8 +144,11 @@ class PlanCache:
         self.local = local[np.argsort(self.place_array[local], kind="stable")].tolist()
         self.moving_arrays = (moving, cols.rank[moving], cols.peer[moving], cols.kind[moving] == slots.SEND)
         # Fusion candidates (receive, send), and (rank, receive peer, send peer) of each.
-        cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
-        ca, cb = cand[:, 0], cand[:, 1]
+        if isinstance(candidates, IntPairs):
+            ca, cb = candidates.first, candidates.second
+        else:
+            cand = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
+            ca, cb = cand[:, 0], cand[:, 1]
         self.candidate_arrays = (ca, cb, cols.rank[ca], cols.peer[ca], cols.peer[cb])
         # Transfers: the sends of instance 0, numbered in half order, (position, piece)
         # each; and connections, (sender, receiver), numbered in order of first use.
@@ -251,7 +260,7 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
     if per_rank is None:
         return None
     rank, steps, tb = _largest(per_rank, cache)
-    return TbPlan(c, tuple(_finish(tbs, cache.places, cache.single_steps) for tbs in per_rank), steps,
+    return TbPlan(c, tuple(_finish(tbs, cache.place_array, cache.single_steps) for tbs in per_rank), steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
@@ -296,20 +305,36 @@ class _Uses:
     """The connections a chain uses, ((sender, receiver), connection number, messages)
     each, and what `_ChannelTable` asks of them, as arrays."""
 
+    __slots__ = ("items", "ids", "messages", "senders", "new_receivers", "receivers", "new_senders")
+
     def __init__(self, items: list[tuple[tuple[int, int], int, int]]):
         self.items = items
         # The chain's own peers count too: it may add several to one rank.
-        self.to: dict[int, list[int]] = {}
-        self.came: dict[int, list[int]] = {}
-        for (a, b), _, _ in items:
-            self.to.setdefault(a, []).append(b)
-            self.came.setdefault(b, []).append(a)
+        to, came = self.to, self.came
         self.ids = np.array([i for _, i, _ in items], dtype=np.int64)
         self.messages = np.array([n for _, _, n in items], dtype=np.int64)
-        self.senders = np.array(list(self.to), dtype=np.int64)
-        self.new_receivers = np.array([len(v) for v in self.to.values()], dtype=np.int64)
-        self.receivers = np.array(list(self.came), dtype=np.int64)
-        self.new_senders = np.array([len(v) for v in self.came.values()], dtype=np.int64)
+        self.senders = np.array(list(to), dtype=np.int64)
+        self.new_receivers = np.array([len(v) for v in to.values()], dtype=np.int64)
+        self.receivers = np.array(list(came), dtype=np.int64)
+        self.new_senders = np.array([len(v) for v in came.values()], dtype=np.int64)
+
+    # The peers themselves, by rank, are asked for only by the exact test (`_fits`):
+    # not kept (a chain per chunk: hundreds of thousands at 1,024 GPUs).
+    @property
+    def to(self) -> dict[int, list[int]]:
+        """Sender -> the receivers it sends to in this chain, in order of first use."""
+        out: dict[int, list[int]] = {}
+        for (a, b), _, _ in self.items:
+            out.setdefault(a, []).append(b)
+        return out
+
+    @property
+    def came(self) -> dict[int, list[int]]:
+        """Receiver -> the senders it receives from in this chain, in order of first use."""
+        out: dict[int, list[int]] = {}
+        for (a, b), _, _ in self.items:
+            out.setdefault(b, []).append(a)
+        return out
 
 
 class _ChannelTable:
@@ -499,12 +524,19 @@ def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], 
     """`local`: the local halves, in key order."""
     if not local:
         return
-    where: dict[int, _Tb] = {h: tb for tbs in per_rank for tb in tbs for h in tb.halves}
+    # The threadblock of every half placed so far, as a number into `flat` (an array: a
+    # dict over four million halves took 300 MiB at 1,024 GPUs, for a few local halves).
+    flat = [tb for tbs in per_rank for tb in tbs]
+    number = {id(tb): k for k, tb in enumerate(flat)}
+    lengths = np.fromiter(map(len, (tb.halves for tb in flat)), np.int64, len(flat))
+    where = np.full(len(places), -1, dtype=np.int64)
+    where[np.fromiter(chain.from_iterable(tb.halves for tb in flat), np.int64, int(lengths.sum()))] = np.repeat(
+        np.arange(len(flat), dtype=np.int64), lengths)
     own: dict[tuple[int, int], list[_Tb]] = defaultdict(list)  # (rank, instance) -> peerless tbs
     for h in map(halves.__getitem__, local):
-        before = [p for p in preds[h.id] if p in where]
+        before = [p for p in preds[h.id] if where.item(p) >= 0]
         if before:
-            tb = where[max(before, key=places.__getitem__)]
+            tb = flat[where.item(max(before, key=places.__getitem__))]
         else:
             mine = own[(h.rank, h.instance)]
             if not mine or len(mine[-1].halves) >= max_steps:
@@ -517,13 +549,15 @@ def _place_locals(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], 
                     tb = min((t for t in per_rank[h.rank] if h.instance * c <= t.chan < (h.instance + 1) * c),
                              key=lambda t: len(t.halves))
                     tb.halves.append(h.id)
-                    where[h.id] = tb
+                    where[h.id] = number[id(tb)]
                     continue
                 mine.append(_Tb(-1, -1, chan))
                 per_rank[h.rank].append(mine[-1])
+                number[id(mine[-1])] = len(flat)
+                flat.append(mine[-1])
             tb = mine[-1]
         tb.halves.append(h.id)
-        where[h.id] = tb
+        where[h.id] = number[id(tb)]
 
 
 def _largest(per_rank: list[list[_Tb]], cache: PlanCache) -> tuple[int, int, _Tb]:
@@ -565,11 +599,13 @@ def _repeated(values: np.ndarray) -> np.ndarray:
     return counts[inverse.reshape(-1)] > 1
 
 
-def _finish(tbs: list[_Tb], places: tuple[int, ...], single_steps: list[LStep]) -> tuple[LThreadblock, ...]:
+def _finish(tbs: list[_Tb], places: np.ndarray, single_steps: list[LStep]) -> tuple[LThreadblock, ...]:
     for tb in tbs:
-        tb.halves.sort(key=places.__getitem__)
+        if len(tb.halves) > 1:  # in key order (places are distinct)
+            halves = np.array(tb.halves, dtype=np.int64)
+            tb.halves = halves[np.argsort(places[halves])].tolist()
     # (An empty threadblock sorts first among those with the same peers and channel.)
-    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, places[tb.halves[0]] if tb.halves else -1))
+    ordered = sorted(tbs, key=lambda tb: (tb.send, tb.recv, tb.chan, places.item(tb.halves[0]) if tb.halves else -1))
     out = []
     for i, tb in enumerate(ordered):
         steps = tuple(map(single_steps.__getitem__, tb.halves))

@@ -106,7 +106,7 @@ def _check_step(where: str, step, sizes: dict[BufferName, int]) -> None:
     if step.depid > MAX_DEPENDENCY_TB:
         raise LimitError(f"{where} step {step.s} depends on threadblock {step.depid}; the executor stores "
                          f"dependencies in 8 bits (threadblocks 0..{MAX_DEPENDENCY_TB})")
-    local = _local_operands(step.type)
+    local = _LOCAL_OPERANDS[id(step.type)]
     for role, buf, off in (("src", step.srcbuf, step.srcoff), ("dst", step.dstbuf, step.dstoff)):
         if role not in local or buf is None:
             continue
@@ -121,6 +121,11 @@ def _local_operands(kind: StepType) -> tuple[str, ...]:
     if kind in (StepType.RECV, StepType.RECV_COPY_SEND):
         return ("dst",)
     return ("src", "dst")
+
+
+# By the step type's identity: asked once per step (two million at 1,024 GPUs), and an
+# Enum's hash and a tuple test of str-enum members run Python code.
+_LOCAL_OPERANDS = {id(kind): _local_operands(kind) for kind in StepType}
 
 
 @register_pass

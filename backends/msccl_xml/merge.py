@@ -13,14 +13,15 @@ the pass manager re-verifies.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from collc.backends.msccl_xml.program import collections_paused
 from collc.diagnostics import CollcError
-from collc.ir.schedule import Buffer, Op, OpKind, Schedule
+from collc.ir.schedule import Op, Schedule
 from collc.passes.base import CompileUnit, Pass, register_pass
+from collc.regrouped import columns_of
 
 MAX_COUNT = 71  # cnt must stay below MSCCL_MAX_COUNT = 72 (msccl_struct.h)
 
@@ -34,7 +35,7 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
     ops = schedule.ops
     if not ops:
         return schedule
-    cols = _columns(ops)
+    cols = _columns(schedule)
     order, run_start = _runs(cols, max_count)
     starts = np.flatnonzero(run_start)
     lengths = np.diff(np.r_[starts, len(order)])
@@ -44,35 +45,31 @@ def merge_ops(schedule: Schedule, max_count: int = MAX_COUNT) -> Schedule:
     return replace(schedule, ops=_rebuilt(ops, cols, order, starts, lengths, totals, max_count))
 
 
-def _plain_deps(ops: tuple[Op, ...], renamed: np.ndarray) -> np.ndarray:
-    """Per op: whether its deps are strictly increasing (so sorted and each once) and
-    none of them is in `renamed`."""
-    counts = np.fromiter(map(len, (op.deps for op in ops)), np.int64, len(ops))
-    flat = np.fromiter(chain.from_iterable(op.deps for op in ops), np.int64, int(counts.sum()))
-    owner = np.repeat(np.arange(len(ops), dtype=np.int64), counts)
+def _plain_deps(counts: np.ndarray, flat: np.ndarray, renamed: np.ndarray) -> np.ndarray:
+    """Per op (`counts` dependencies each, all of them in order in `flat`): whether its
+    deps are strictly increasing (so sorted and each once) and none of them is in
+    `renamed`."""
+    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     bad = np.isin(flat, renamed)
     bad[1:] |= (flat[1:] <= flat[:-1]) & (owner[1:] == owner[:-1])
-    plain = np.ones(len(ops), dtype=bool)
+    plain = np.ones(len(counts), dtype=bool)
     plain[owner[bad]] = False
     return plain
 
 
-_BUFFER_CODE = {id(b): k for k, b in enumerate(Buffer)}  # by identity: hashing an Enum runs Python code
-
-
-def _columns(ops: tuple[Op, ...]) -> dict[str, np.ndarray]:
-    """The fields that decide merging, one integer array each (routes numbered in order
-    of first use): one pass over the op objects."""
-    route_number: dict[tuple[str, ...], int] = {}
-    number = route_number.setdefault
-    code, copy = _BUFFER_CODE, OpKind.COPY
-    rows = [(op.step, op.kind is copy, s[0], code[id(s[1])], s[2], d[0], code[id(d[1])], d[2], op.count,
-             number(op.route, len(route_number)))
-            for op in ops for s, d in ((op.src, op.dst),)]
-    table = np.array(rows, dtype=np.int64).reshape(len(rows), 10)
-    names = ("step", "copy", "src_rank", "src_buffer", "src_index", "dst_rank", "dst_buffer", "dst_index", "count",
-             "route")
-    return {name: table[:, k].copy() for k, name in enumerate(names)}
+def _columns(schedule: Schedule) -> dict[str, np.ndarray]:
+    """The fields that decide merging, one integer array each, and the dependencies
+    (`ndeps` per op, all of them in order in `deps`). They come from the schedule's
+    columns (`collc.regrouped.columns_of`): the builder's own where it kept them (the
+    stdlib rings: 3 million ops at 1,024 ranks, read from the objects in seconds), else
+    read from the ops at C level. Buffers and routes are codes that only need to be
+    equal where the values are (they group ops; groups are then ordered by first use)."""
+    cols = columns_of(schedule)
+    src_rank, src_buffer = np.divmod(cols.src_rb, 3)
+    dst_rank, dst_buffer = np.divmod(cols.dst_rb, 3)
+    return {"ids": cols.ids, "step": cols.step, "copy": 1 - (cols.kind_route & 1), "src_rank": src_rank, "src_buffer": src_buffer,
+            "src_index": cols.src_idx, "dst_rank": dst_rank, "dst_buffer": dst_buffer, "dst_index": cols.dst_idx,
+            "count": cols.count, "route": cols.kind_route >> 1, "ndeps": cols.ndeps, "deps": cols.deps}
 
 
 def _runs(cols: dict[str, np.ndarray], max_count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -117,28 +114,25 @@ def _rebuilt(ops: tuple[Op, ...], cols: dict[str, np.ndarray], order: np.ndarray
              lengths: np.ndarray, totals: np.ndarray, max_count: int) -> tuple[Op, ...]:
     """The merged ops: every run's new ids first, so that each new op is built once, with
     its deps already renamed (a dependency may sit in a run met later)."""
-    next_id = 1 + max(op.id for op in ops)
+    ids = cols["ids"]
+    next_id = 1 + int(ids.max())
     pieces = -(-totals // max_count)  # ops each run becomes
     changed = (lengths > 1) | (pieces > 1)
     extra = np.cumsum(pieces - 1) - (pieces - 1)  # new ids before each run's
-    order_list = order.tolist()
-    starts_list, lengths_list, pieces_list = starts.tolist(), lengths.tolist(), pieces.tolist()
-    # Old op id -> the ops that now do its work, where that is not the op itself.
-    replacement: dict[int, tuple[int, ...]] = {}
-    run_ids: dict[int, tuple[int, ...]] = {}
-    for r in np.flatnonzero(changed).tolist():
-        lo = starts_list[r]
-        first = next_id + int(extra[r])
-        ids = (ops[order_list[lo]].id, *range(first, first + pieces_list[r] - 1))
-        run_ids[r] = ids
-        for k in range(lo, lo + lengths_list[r]):
-            replacement[ops[order_list[k]].id] = ids
-    renamed = replacement.keys()
+    runs = len(starts)
+    run_of = np.empty(len(ops), dtype=np.int64)  # the run of each op (by position)
+    run_of[order] = np.repeat(np.arange(runs, dtype=np.int64), lengths)
     leaders = order[starts]  # the first op of each run
     position_of_run = np.minimum.reduceat(order, starts)  # of each run, its least schedule position
+    # Each dependency as the position of the op it names (-1: none; ids are positions
+    # in every built or synthesized schedule, and then nothing is searched).
+    dep_pos = _positions(ids, cols["deps"])
+    dep_changed = np.zeros(len(dep_pos), dtype=bool)
+    named = dep_pos >= 0
+    dep_changed[named] = changed[run_of[dep_pos[named]]]
     # A run of one op that keeps its id stays the op itself where its deps are already
     # sorted, each once, and none of them renamed: decided for all such runs at once.
-    kept = ~changed & _plain_deps(ops, np.fromiter(renamed, np.int64, len(renamed)))[leaders]
+    kept = ~changed & _plain_deps(cols["ndeps"], cols["deps"], ids[dep_pos[dep_changed]])[leaders]
     placed: list[Op] = [ops[k] for k in leaders[kept].tolist()]
     placed_step = [cols["step"][leaders[kept]]]
     placed_pos = [position_of_run[kept]]
@@ -146,36 +140,30 @@ def _rebuilt(ops: tuple[Op, ...], cols: dict[str, np.ndarray], order: np.ndarray
     more_step: list[int] = []
     more_pos: list[int] = []
     more_piece: list[int] = []
+    rest = np.flatnonzero(~kept)
+    deps_of = _renamed_deps(ops, cols, run_of, dep_pos, dep_changed, rest, kept, changed, pieces, extra, ids[leaders],
+                            next_id)
     make = Op.make
-    for r in np.flatnonzero(~kept).tolist():
-        lo = starts_list[r]
-        first = ops[order_list[lo]]
-        length = lengths_list[r]
-        pos = int(position_of_run[r])
-        if length == 1:
-            old = first.deps
-            if len(old) > 1:
-                old = sorted(set(old))
+    order_list, starts_list, pieces_list = order.tolist(), starts.tolist(), pieces.tolist()
+    leader_ids, extra_list = ids[leaders].tolist(), extra.tolist()
+    for r, pos, is_changed, deps in zip(rest.tolist(), position_of_run[rest].tolist(), changed[rest].tolist(),
+                                        deps_of):
+        first = ops[order_list[starts_list[r]]]
+        if not is_changed:
+            if deps == first.deps:
+                placed.append(first)  # unchanged after all: the op itself
+                more_step.append(first.step)
+                more_pos.append(pos)
+                more_piece.append(0)
+                continue
+            new_ids: tuple[int, ...] = (first.id,)
         else:
-            old = sorted({d for k in range(lo, lo + length) for d in ops[order_list[k]].deps})
-        if renamed.isdisjoint(old):
-            deps = tuple(old)
-        else:
-            # The new ids of the old deps, in order, each once (dict keys keep their order).
-            deps = tuple(dict.fromkeys(x for d in old for x in replacement.get(d, (d,))))
-        ids = run_ids.get(r)
-        if ids is None and deps == first.deps:
-            placed.append(first)  # unchanged after all: the op itself
-            more_step.append(first.step)
-            more_pos.append(pos)
-            more_piece.append(0)
-            continue
-        if ids is None:
-            ids = (first.id,)
+            new = next_id + extra_list[r]
+            new_ids = (leader_ids[r], *range(new, new + pieces_list[r] - 1))
         total = int(totals[r])
         for piece, offset in enumerate(range(0, total, max_count)):
             placed.append(make(
-                ids[piece], first.kind, first.src.shifted(offset) if offset else first.src,
+                new_ids[piece], first.kind, first.src.shifted(offset) if offset else first.src,
                 first.dst.shifted(offset) if offset else first.dst,
                 min(max_count, total - offset), deps, first.step, first.route, first.origin))
             more_step.append(first.step)
@@ -187,6 +175,60 @@ def _rebuilt(ops: tuple[Op, ...], cols: dict[str, np.ndarray], order: np.ndarray
     # (step, position, piece): each op's place in the result.
     final = np.lexsort((np.concatenate(placed_piece), np.concatenate(placed_pos), np.concatenate(placed_step)))
     return tuple(map(placed.__getitem__, final.tolist()))
+
+
+def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The position of the op with each id of `wanted` (-1 where no op has it)."""
+    n = len(ids)
+    if np.array_equal(ids, np.arange(n)):
+        return np.where((wanted >= 0) & (wanted < n), wanted, -1)
+    by_id = np.argsort(ids, kind="stable")
+    sorted_ids = ids[by_id]
+    at = np.minimum(np.searchsorted(sorted_ids, wanted), max(0, n - 1))
+    found = sorted_ids[at] == wanted if n else np.zeros(len(wanted), dtype=bool)
+    return np.where(found, by_id[at], -1)
+
+
+def _renamed_deps(ops: tuple[Op, ...], cols: dict[str, np.ndarray], run_of: np.ndarray, dep_pos: np.ndarray, dep_changed: np.ndarray,
+                  rest: np.ndarray, kept: np.ndarray, changed: np.ndarray, pieces: np.ndarray, extra: np.ndarray,
+                  leader_ids: np.ndarray, next_id: int) -> list[tuple[int, ...]]:
+    """The dependencies of each run of `rest`, in its order: the deps of all the run's
+    ops, sorted and each once; each one whose op now sits in a merged or split run
+    replaced by that run's ids (its first op's id, then its new ones); each id once, at
+    its first place. On arrays: at 1,024 ranks a million runs are renamed."""
+    ndeps, deps = cols["ndeps"], cols["deps"]
+    owner_run = np.repeat(run_of, ndeps)
+    mine = ~kept[owner_run]
+    runs, dep, pos, moved = owner_run[mine], deps[mine], dep_pos[mine], dep_changed[mine]
+    # Sorted and each once per run (ids are non-negative; the run is the major key).
+    width = int(dep.max(initial=0)) + 1
+    _, first = np.unique(runs * width + dep, return_index=True)
+    runs, dep, pos, moved = runs[first], dep[first], pos[first], moved[first]
+    # Each dependency becomes the ids of its op's run where that run changed.
+    dep_run = np.where(moved, run_of[np.maximum(pos, 0)], -1)
+    count = np.where(moved, pieces[np.maximum(dep_run, 0)], 1)
+    row = np.repeat(np.arange(len(dep), dtype=np.int64), count)
+    j = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    r = dep_run[row]
+    value = np.where(~moved[row], dep[row],
+                     np.where(j == 0, leader_ids[np.maximum(r, 0)], next_id + extra[np.maximum(r, 0)] + j - 1))
+    owner = runs[row]
+    # Each id once per run, at its first place (the order of `row` is the order wanted).
+    width = int(value.max(initial=0)) + 1
+    _, first = np.unique(owner * width + value, return_index=True)
+    first.sort()
+    owner, value = owner[first], value[first]
+    bounds = np.searchsorted(owner, np.r_[rest, np.iinfo(np.int64).max]) if len(rest) else np.zeros(1, np.int64)
+    # Runs of `rest` with no dependencies get (). The ids are the ops' own int objects
+    # where ids are positions (as the tuples they replace held): two million fewer ints.
+    values = value.tolist()
+    if np.array_equal(cols["ids"], np.arange(len(run_of))) and next_id == len(run_of):
+        objects = [*map(attrgetter("id"), ops), *range(next_id, next_id + int(extra[-1] + pieces[-1]) - 1)]
+        values = list(map(objects.__getitem__, values))
+        del objects
+    b = bounds.tolist()
+    empty: tuple[int, ...] = ()
+    return [tuple(values[lo:hi]) if hi > lo else empty for lo, hi in zip(b, b[1:])]
 
 
 @register_pass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -180,6 +181,76 @@ class HalfTable(Sequence):
     __hash__ = None  # type: ignore[assignment]
 
 
+class PerHalf(Sequence):
+    """A tuple of ints per half, kept as two arrays (the values of all halves in order,
+    and where each half's start): `per_half[h]` is the tuple, built when asked for.
+    The predecessors of every half as tuples were four million small tuples at 1,024
+    GPUs (about 370 MiB); the stages that read all of them use the arrays."""
+
+    __slots__ = ("bounds", "values")
+
+    def __init__(self, owner: np.ndarray, values: np.ndarray, n: int):
+        """`owner`: the half of each value, sorted; `values` in that order."""
+        self.bounds = np.searchsorted(owner, np.arange(n + 1, dtype=np.int64))
+        self.values = np.asarray(values, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"half {index} of {len(self)}")
+        return tuple(self.values[self.bounds.item(index):self.bounds.item(index + 1)].tolist())
+
+    def __iter__(self):
+        values, bounds = self.values.tolist(), self.bounds.tolist()
+        return (tuple(values[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PerHalf):
+            return np.array_equal(self.bounds, other.bounds) and np.array_equal(self.values, other.values)
+        if isinstance(other, Sequence):
+            return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class IntPairs(Sequence):
+    """(a, b) pairs kept as two arrays; `pairs[k]` is the tuple, built when asked for
+    (fusion candidates: two million pairs at 1,024 GPUs, read whole as arrays)."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: np.ndarray, second: np.ndarray):
+        self.first = np.asarray(first, dtype=np.int64)
+        self.second = np.asarray(second, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(zip(self.first[index].tolist(), self.second[index].tolist()))
+        return (self.first.item(index), self.second.item(index))
+
+    def __iter__(self):
+        return zip(self.first.tolist(), self.second.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IntPairs):
+            return np.array_equal(self.first, other.first) and np.array_equal(self.second, other.second)
+        if isinstance(other, Sequence):
+            return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def _range(slot: Slot, count: int) -> list[Slot]:
     if count == 1:  # most halves: no new Slot
         return [slot]
@@ -242,18 +313,22 @@ class Program:
     instances: int
     halves: Sequence[Half]  # a HalfTable where msccl-threadblocks made them
     # Per half: halves of the same rank that must finish before it (conflicting accesses
-    # to a slot, in schedule order).
-    preds: tuple[tuple[int, ...], ...]
+    # to a slot, in schedule order). A PerHalf where msccl-threadblocks made them.
+    preds: Sequence[tuple[int, ...]]
     # Receive-reduce half -> the only half that reads the sum it stores, where nothing
-    # else ever needs that sum (so the pair can become `rrs`, which does not store it).
-    sole_readers: tuple[tuple[int, int], ...]
+    # else ever needs that sum (so the pair can become `rrs`, which does not store it):
+    # (receive, reader) pairs by receive, an IntPairs where msccl-threadblocks found them.
+    sole_readers: Sequence[tuple[int, int]]
     gpus: tuple[LGpu, ...]
     stage: Stage = Stage.ASSIGNED
     # (receive, send) fusion candidates (`channels.fusion_candidates`) where known, so
-    # that msccl-fuse need not find them again; None: not given.
-    candidates: tuple[tuple[int, int], ...] | None = None
+    # that msccl-fuse need not find them again (IntPairs where msccl-threadblocks found
+    # them); None: not given.
+    candidates: Sequence[tuple[int, int]] | None = None
     # Per half: the rank of its key among all keys (`halves.key_places`), so that stages
-    # compare integers rather than keys; None: not given (computed on first use).
+    # compare integers rather than keys; None: not given (computed on first use, from
+    # `place_array` where given: msccl-threadblocks gives only the array, the stages that
+    # read every place read that).
     places: tuple[int, ...] | None = None
 
     # The same as arrays where msccl-threadblocks has them: places, candidates (receives,
@@ -265,7 +340,9 @@ class Program:
 
     def key_places(self) -> tuple[int, ...]:
         if self.places is None:
-            object.__setattr__(self, "places", key_places(self.halves))  # a cache of what the halves fix
+            # A cache of what the halves fix.
+            places = tuple(self.place_array.tolist()) if self.place_array is not None else key_places(self.halves)
+            object.__setattr__(self, "places", places)
         return self.places
 
     def places_array(self) -> np.ndarray:
@@ -273,15 +350,21 @@ class Program:
             object.__setattr__(self, "place_array", np.asarray(self.key_places(), dtype=np.int64))
         return self.place_array
 
-    def candidate_pairs(self, candidates: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
+    def candidate_pairs(self, candidates: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
         """The candidates as (receives, sends) arrays."""
         if self.candidate_arrays is not None:
             return self.candidate_arrays
+        if isinstance(candidates, IntPairs):
+            return candidates.first, candidates.second
         table = np.array(candidates, dtype=np.int64).reshape(len(candidates), 2)
         return table[:, 0].copy(), table[:, 1].copy()
 
     def predecessor_pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """(half, predecessor) of every entry of `preds`, by half."""
+        if self.pred_pairs is None and isinstance(self.preds, PerHalf):
+            counts = np.diff(self.preds.bounds)
+            half = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+            object.__setattr__(self, "pred_pairs", (half, self.preds.values))
         if self.pred_pairs is None:
             counts = np.fromiter(map(len, self.preds), np.int64, len(self.preds))
             pred = np.fromiter(itertools.chain.from_iterable(self.preds), np.int64, int(counts.sum()))
@@ -306,17 +389,27 @@ def key_places(halves: tuple[Half, ...]) -> tuple[int, ...]:
 
 
 def remember_last(fn: Callable[[Program], Program]) -> Callable[[Program], Program]:
-    """Keep the result of the last call, keyed by the argument's identity.
+    """Keep the result of the last call, keyed by the argument's identity, for as long
+    as the argument lives.
 
     msccl-threadblocks runs fusion and ordering to measure the threadblocks it chose; the
-    passes that follow then get the same program object and need not redo the work."""
-    last: list = [None, None]
+    passes that follow then get the same program object and need not redo the work. The
+    argument is held weakly: once the pipeline has moved past a program (the unit holds
+    the next one), it and the result kept for it are freed (at 1,024 GPUs each stage of
+    the program holds millions of steps; all three stages and the XML model were alive
+    at once)."""
+    last: list = [None, None]  # a weak reference to the last argument, its result
+
+    def forget(ref: weakref.ref) -> None:
+        if last[0] is ref:
+            last[0] = last[1] = None
 
     @wraps(fn)
     def wrapper(program: Program) -> Program:
-        if last[0] is not program:
-            last[1] = fn(program)
-            last[0] = program
+        ref = last[0]
+        if ref is None or ref() is not program:
+            result = fn(program)
+            last[0], last[1] = weakref.ref(program, forget), result
         return last[1]
 
     return wrapper

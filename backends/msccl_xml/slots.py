@@ -42,13 +42,13 @@ def _expand(half: np.ndarray, first: np.ndarray, count: np.ndarray) -> tuple[np.
 
 def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, src_index: np.ndarray,
                   dst_buffer: np.ndarray, dst_index: np.ndarray, count: np.ndarray, needed: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
+                  ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """(half, predecessor) pairs: per half, the earlier halves of its rank it conflicts
     with, by half and then in the order the sequential walk finds them (per access, the
     slot's last writer, then for a write the slot's readers since), each once; and, for
     receive-reduce halves whose stored sum exactly one later half reads (and nobody
-    needs at the end), that reader. `needed`: the codes of
-    the slots the postcondition names."""
+    needs at the end), that reader: (receive-reduce halves in order, their readers).
+    `needed`: the codes of the slots the postcondition names."""
     n = len(kind)
     ids = np.arange(n, dtype=np.int64)
     count = count.astype(np.int64)
@@ -62,19 +62,24 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
     writes = kind != SEND
     parts = []  # (half, slot, is write), in half order, each part's slots in order
     for mask, where, phase in ((reads_src, src, 0), (reads_dst, dst, 1), (writes, dst, 2)):
-        h, slot, _ = _expand(ids[mask], where[mask], count[mask])
-        parts.append((h, slot, np.full(len(h), phase == 2)))
+        h, slot_part, _ = _expand(ids[mask], where[mask], count[mask])
+        parts.append((h, slot_part, np.full(len(h), phase == 2)))
     half = np.concatenate([p[0] for p in parts])
     slot = np.concatenate([p[1] for p in parts])
     is_write = np.concatenate([p[2] for p in parts])
+    # Arrays of every event are dropped as soon as they are used up (`del`): at 1,024
+    # GPUs each is 70 MB, and keeping them all made this the lowering's peak.
+    del parts, src, dst, h, slot_part
     # Events in the order the sequential walk meets them (half, then its accesses in
     # order), then grouped by slot, keeping that order inside each slot. The parts are
     # each in half order and follow each other in access order, so a stable sort by half
     # alone gives the walk (and merges three sorted runs: linear).
     walk = np.argsort(half, kind="stable")
     half, slot, is_write = half[walk], slot[walk], is_write[walk]
+    del walk
     by_slot = np.argsort(slot, kind="stable")
     e_half, e_slot, e_write = half[by_slot], slot[by_slot], is_write[by_slot]
+    del half, slot, is_write
     m = len(e_half)
     pos = np.arange(m, dtype=np.int64)
     starts = np.ones(m, dtype=bool)
@@ -83,18 +88,21 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
     ends = np.ones(m, dtype=bool)
     ends[:-1] = starts[1:]
     group_end = np.minimum.accumulate(np.where(ends, pos, m)[::-1])[::-1]  # last event of the slot
+    del starts, ends
     # The last write strictly before each event, in its slot (-1: none).
     last_write = np.maximum.accumulate(np.where(e_write, pos, -1))
     prev_write = np.empty(m, dtype=np.int64)
     prev_write[0] = -1
     prev_write[1:] = last_write[:-1]
     prev_write[prev_write < group_start] = -1
+    del last_write, group_start
     # The first write strictly after each event, in its slot (m: none).
     next_write_at = np.minimum.accumulate(np.where(e_write, pos, m)[::-1])[::-1]
     next_write = np.empty(m, dtype=np.int64)
     next_write[-1] = m
     next_write[:-1] = next_write_at[1:]
     next_write[next_write > group_end] = m
+    del next_write_at
 
     # Predecessor pairs, each with the walk's order: the event that found it (its place in
     # the walk), then 0 for the last writer, 1 + the reader's position for a reader.
@@ -114,6 +122,7 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
     p_pred = np.concatenate([a_pred, b_pred])
     p_at = np.concatenate([a_at, b_at])
     p_sub = np.concatenate([a_sub, b_sub])
+    del a_half, a_pred, a_at, a_sub, b_half, b_pred, b_at, b_sub, has_writer, is_read_with_next, w
     keep = p_pred != p_half
     p_half, p_pred, p_at, p_sub = p_half[keep], p_pred[keep], p_at[keep], p_sub[keep]
     order = np.argsort(p_at * (m + 1) + p_sub)  # p_at orders by half too: the walk is half-major
@@ -126,23 +135,17 @@ def slot_analysis(kind: np.ndarray, rank: np.ndarray, src_buffer: np.ndarray, sr
                                 needed)
 
 
-def grouped(owner: np.ndarray, value: np.ndarray, n: int) -> tuple[tuple[int, ...], ...]:
-    """Per owner 0..n-1, its values in order (`owner` is sorted)."""
-    bounds = np.searchsorted(owner, np.arange(n + 1)).tolist()
-    values = value.tolist()
-    empty: tuple[int, ...] = ()
-    return tuple(tuple(values[a:b]) if a != b else empty for a, b in zip(bounds, bounds[1:]))
 
 
 def _sole_readers(kind: np.ndarray, count: np.ndarray, e_half: np.ndarray, e_slot: np.ndarray,
                   e_write: np.ndarray, pos: np.ndarray, prev_write: np.ndarray, next_write: np.ndarray,
-                  group_end: np.ndarray, needed: np.ndarray) -> dict[int, int]:
-    """Receive-reduce half -> the one half that reads what it stored, where in every slot
-    it wrote exactly that half reads the stored value, once, and the slot is overwritten
-    later or not named by the postcondition."""
+                  group_end: np.ndarray, needed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Receive-reduce halves, in order, and for each the one half that reads what it
+    stored, where in every slot it wrote exactly that half reads the stored value, once,
+    and the slot is overwritten later or not named by the postcondition."""
     writes_rr = e_write & (kind[e_half] == RECV_REDUCE)
     if not writes_rr.any():
-        return {}
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     at = pos[writes_rr]
     writer = e_half[writes_rr]
     # The value lives until the next write of the slot (or the end): every event in
@@ -161,4 +164,4 @@ def _sole_readers(kind: np.ndarray, count: np.ndarray, e_half: np.ndarray, e_slo
     same_reader = np.minimum.reduceat(reader, starts) == np.maximum.reduceat(reader, starts)
     heads = writer[starts]
     sole = all_ok & same_reader & (slots == count[heads])
-    return dict(zip(heads[sole].tolist(), reader[starts][sole].tolist()))
+    return heads[sole], reader[starts][sole]

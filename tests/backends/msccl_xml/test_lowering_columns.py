@@ -92,7 +92,7 @@ def test_slot_analysis_matches_the_walk(name, instances, inplace):
         return
     preds, sole = _plain_slot_analysis(split.halves, _needed(schedule, inplace, instances))
     assert split.preds == preds
-    assert split.sole_readers == sole
+    assert dict(split.sole_readers) == sole
     if name in ("ring allreduce", "ring reducescatter", "chain reduce"):
         assert sole, "a reduction schedule whose every partial sum is forwarded has sole readers"
 
