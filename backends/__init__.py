@@ -47,6 +47,9 @@ class Backend:
     # to (None: no such retry).
     peer_limit_error: type[Exception] | None = None
     peer_budget: int | None = None
+    # (topology, options) -> the most peers a GPU can have at all on this runtime, or
+    # None where unknown: synthesis keeps to peer_budget only where it would exceed this.
+    peer_limit: Callable[[Any, BackendOptions], int | None] | None = None
     # (collective, options) -> None, or a CollcError when this backend cannot express
     # the collective at all; run before any schedule is produced.
     check_collective: Callable[[Any, BackendOptions], None] | None = None

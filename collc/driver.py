@@ -51,23 +51,25 @@ def schedule_pipeline(job: CompileJob) -> str:
     return "verify" if job.algorithm else f"{job.pipeline},verify"
 
 
-def _capped(passes: list, max_ops: int | None, max_peers: int | None = None) -> list:
+def _capped(passes: list, max_ops: int | None, max_peers: int | None = None,
+            peer_limit: int | None = None) -> list:
     """The pipeline with its synthesize pass limited to `max_ops` ops, where the user set
-    neither chunks nor max_ops, and to `max_peers` peers per GPU, where the user did not
-    set it (a choice the user made is never overridden)."""
+    neither chunks nor max_ops, and to `max_peers` peers per GPU (where a GPU would
+    otherwise have more than `peer_limit`), where the user did not set it (a choice the
+    user made is never overridden)."""
     out = []
     for p in passes:
         if p.name == "synthesize":
             if max_ops is not None and p.chunks == 0 and p.max_ops == type(p).max_ops:
                 p = replace(p, max_ops=max_ops)
             if max_peers is not None and p.max_peers == type(p).max_peers:
-                p = replace(p, max_peers=max_peers)
+                p = replace(p, max_peers=max_peers, peer_limit=peer_limit or 0)
         out.append(p)
     return out
 
 
-def produce_schedule(job: CompileJob, max_ops: int | None = None,
-                     max_peers: int | None = None) -> tuple[CompileUnit, dict[str, Any] | None]:
+def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int | None = None,
+                     peer_limit: int | None = None) -> tuple[CompileUnit, dict[str, Any] | None]:
     """Run the schedule-producing passes; return the unit and the solver's facts (if any)."""
     unit = CompileUnit(job.topology, job.collective, job.size_bytes)
     if job.algorithm:
@@ -81,7 +83,7 @@ def produce_schedule(job: CompileJob, max_ops: int | None = None,
         return unit, solver
     passes = parse_pipeline(schedule_pipeline(job), job.span)
     if max_ops is not None or max_peers is not None:
-        passes = _capped(passes, max_ops, max_peers)
+        passes = _capped(passes, max_ops, max_peers, peer_limit)
     unit = PassManager(passes).run(unit)
     return unit, unit.notes.get("synthesize")
 
@@ -92,15 +94,19 @@ BUDGET_RETRIES = 4
 
 def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tuple[CompileUnit, dict[str, Any] | None]:
     """Produce the schedule and run the backend's lowering. A synthesized schedule is
-    kept within the backend's op budget; while lowering hits the runtime's limits, it is
-    asked for at most the backend's peers per GPU (once, where a GPU had too many
-    peers), else for half the ops."""
+    kept within the backend's op budget, and on a cluster where a GPU could have more
+    peers than the runtime takes, within its peers per GPU wherever the packing would
+    exceed them; while lowering hits the runtime's limits, it is asked for at most the
+    backend's peers per GPU (once, where a GPU had too many peers), else for half the
+    ops."""
     lowering = back.lowering(options)
     budget = back.op_budget(job.collective.ranks) if back.op_budget and not job.algorithm else None
-    peers: int | None = None
+    limit = _peer_limit(job, back, options) if budget is not None else None
+    peers: int | None = back.peer_budget if limit is not None else None
+    forced = False  # max_peers applied whatever the packing
     refused: list[str] = []  # why the runtime refused earlier schedules, for the report
     for attempt in range(BUDGET_RETRIES + 1):
-        unit, solver = produce_schedule(job, budget, peers)
+        unit, solver = produce_schedule(job, budget, peers, None if forced else limit)
         if not lowering:
             return unit, solver
         ops = len(unit.schedule.ops)
@@ -117,9 +123,9 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
                     or attempt == BUDGET_RETRIES):
                 raise
             refused.append(str(exc))
-            if (peers is None and back.peer_budget and back.peer_limit_error is not None
+            if (not forced and back.peer_budget and back.peer_limit_error is not None
                     and isinstance(exc, back.peer_limit_error)):
-                peers = back.peer_budget
+                peers, forced = back.peer_budget, True
                 continue
             if ops <= job.collective.ranks:
                 raise
@@ -128,9 +134,21 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
         if refused and solver is not None:
             # The schedule the user gets was asked for within these limits, after the
             # runtime refused the ones before it.
-            solver = {**solver, "backend_max_ops": budget, "backend_max_peers": peers, "refused_by_backend": refused}
+            solver = {**solver, "backend_max_ops": budget, "backend_max_peers": peers, "refused_by_backend": refused,
+                      **({"backend_peer_limit": limit} if limit is not None and not forced else {})}
+        elif limit is not None and solver is not None:
+            solver = {**solver, "backend_peer_limit": limit, "backend_max_peers": peers}
         return lowered, solver
     raise AssertionError("unreachable")
+
+
+def _peer_limit(job: CompileJob, back, options: BackendOptions) -> int | None:
+    """The most peers a GPU may have on the backend's runtime, where some GPU of this
+    cluster could have more (it has more other GPUs than that); None otherwise."""
+    if back.peer_limit is None or not back.peer_budget:
+        return None
+    limit = back.peer_limit(job.topology, options)
+    return limit if limit is not None and job.collective.ranks - 1 > limit else None
 
 
 def _is_stdlib_instance(schedule: Schedule | None, name: str) -> bool:

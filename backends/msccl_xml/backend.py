@@ -12,16 +12,24 @@ from dataclasses import replace
 from pathlib import Path
 
 from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL
-from collc.backends.msccl_xml.limits import LimitError, PeerLimitError
+from collc.backends.msccl_xml.limits import LimitError, PeerLimitError, resident_threadblocks
 from collc.backends import Backend, BackendOptions
 from collc.backends.msccl_xml.lowering import lower, lowering_pipeline
 from collc.backends.msccl_xml.model import XmlAlgo
 from collc.backends.msccl_xml.program import coll_token, executor_bytes
+from collc.backends.msccl_xml.threadblocks import topology_sms
 from collc.backends.msccl_xml.writer import (
     band_file_name, check_library_directory, library_prefix, size_bands, write_algo,
 )
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit
+
+
+def peer_limit(topology, options: BackendOptions) -> int | None:
+    """Most peers a GPU can have: one threadblock each per instance, every threadblock of
+    the GPU resident at once (SMs - 2); None where the topology declares no SM count."""
+    sms = topology_sms(topology)
+    return resident_threadblocks(sms) // max(1, options.instances) if sms else None
 
 
 def lowered_algo(unit: CompileUnit, options: BackendOptions) -> XmlAlgo:
@@ -99,5 +107,6 @@ BACKEND = Backend(
     # driver then asks synthesis for one with at most this many.
     peer_limit_error=PeerLimitError,
     peer_budget=MAX_TBS_PER_CHANNEL,
+    peer_limit=peer_limit,
     check_collective=lambda collective, options: coll_token(collective) and None,
 )

@@ -26,15 +26,16 @@ class Synthesize(Pass):
     max_ops: int = 300_000  # most ops the schedule may have (pipelining stops before it)
     tolerance: float = 0.01  # stop improving once within this fraction of the lower bound
     max_peers: int = 0  # most distinct peers per GPU where trees are replicated over identical nodes; 0: no limit
+    peer_limit: int = 0  # apply max_peers only where a GPU would otherwise have more peers than this; 0: always
 
     def __post_init__(self) -> None:
         known = [m.value for m in Method]
         if self.method not in known:
             raise PipelineError(f"pass 'synthesize' has no method '{self.method}' (methods: {', '.join(known)})")
         if self.chunks < 0 or self.epochs < 0 or self.threads < 0 or self.max_ops < 1 \
-                or self.max_peers < 0:
+                or self.max_peers < 0 or self.peer_limit < 0:
             raise PipelineError("pass 'synthesize': chunks, epochs and threads must not be negative, "
-                                "and max_ops must be positive (max_peers: 0 or more)")
+                                "and max_ops must be positive (max_peers, peer_limit: 0 or more)")
         if self.time_limit <= 0:
             raise PipelineError(f"pass 'synthesize': time_limit must be positive (got {self.time_limit})")
         if not 0 <= self.tolerance < 1:
@@ -46,7 +47,8 @@ class Synthesize(Pass):
         return SynthesisOptions(method=Method(self.method), chunks=self.chunks, time_limit=self.time_limit,
                                 mip_gap=self.mip_gap, threads=self.threads, seed=self.seed, epochs=self.epochs,
                                 progress=self.progress, max_ops=self.max_ops,
-                                tolerance=self.tolerance, max_peers=self.max_peers)
+                                tolerance=self.tolerance, max_peers=self.max_peers,
+                                peer_limit=self.peer_limit)
 
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.collective is None or unit.topology is None:

@@ -57,12 +57,14 @@ class SynthesisOptions:
     max_ops: int = 300_000
     # Search stops once a schedule is within this fraction of the lower bound.
     tolerance: float = 0.01
-    # Most distinct peers per GPU in a replicated tree packing (0: no limit).
+    # Most distinct peers per GPU in a replicated tree packing (0: no limit), applied
+    # only where a GPU would otherwise have more than peer_limit (0: always).
     max_peers: int = 0
+    peer_limit: int = 0
 
     @property
     def solver(self) -> SolverOptions:
-        return SolverOptions(self.mip_gap, self.threads, self.seed, self.max_peers)
+        return SolverOptions(self.mip_gap, self.threads, self.seed, self.max_peers, self.peer_limit)
 
 
 @dataclass(frozen=True)

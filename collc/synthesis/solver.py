@@ -31,6 +31,9 @@ class SolverOptions:
     # over identical nodes (0: no limit). A runtime that gives every peer its own
     # threadblock (MSCCL) needs this on large clusters: see replicate.peer_mask.
     max_peers: int = 0
+    # With max_peers: apply it only where the packing without it gives some GPU more
+    # peers than this (the most the runtime can take at all); 0: always apply it.
+    peer_limit: int = 0
 
 
 class Outcome(str, Enum):

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import chain
+from typing import Callable
 
 import highspy
 import numpy as np
@@ -87,6 +89,10 @@ class RateSolution:
     # of one under an automorphism, whose links have the same latencies and bandwidths,
     # so whatever depends only on route times (pipeline_fill) is computed on these.
     representative_structures: tuple[tuple[int, ...], ...] = ()
+    # Where a peer limit was checked: the most peers a GPU had without max_peers, and
+    # whether max_peers was then applied.
+    peers_without_limit: int = 0
+    peers_limited: bool = False
 
 
 def class_key(problem: Problem, k: int) -> tuple:
@@ -130,7 +136,8 @@ def _replicated_rates(problem: Problem, options: SolverOptions, deadline: Deadli
     if orbits is None or len(orbits) == len(classes):
         return None
     progress.stage(f"steady: rate LP for {len(orbits)} of {len(classes)} sources (identical nodes)")
-    return replicated_tree_rates(problem, sym, orbits, classes, options, deadline, progress, spread, EXCESS_PRICE)
+    return _within_peer_limit(problem, options, lambda o: replicated_tree_rates(
+        problem, sym, orbits, classes, o, deadline, progress, spread, EXCESS_PRICE))
 
 
 def _replicated_flow(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
@@ -147,7 +154,40 @@ def _replicated_flow(problem: Problem, options: SolverOptions, deadline: Deadlin
         return None
     progress.stage(f"steady: flow LP for {len(orbits)} of {len(classes)} source-destination pairs "
                    "(identical nodes)")
-    return replicated_path_rates(problem, sym, orbits, classes, options, deadline, progress, spread, EXCESS_PRICE)
+    return _within_peer_limit(problem, options, lambda o: replicated_path_rates(
+        problem, sym, orbits, classes, o, deadline, progress, spread, EXCESS_PRICE))
+
+
+def _within_peer_limit(problem: Problem, options: SolverOptions,
+                       solve: Callable[[SolverOptions], RateSolution]) -> RateSolution:
+    """`solve` with max_peers, or where a peer_limit is given, without it first and with
+    it only if some GPU would then have more peers than the limit.
+
+    A runtime's real limit (MSCCL: a threadblock per peer, all resident: 130 on an
+    H100) is far above the few peers max_peers asks for, and most packings stay under
+    it; restricting them anyway would only cost pipeline fill. Deciding here, from the
+    rate LP's structures, costs one more LP where the limit is passed; finding out from
+    the lowering cost a whole synthesis (about 100 s of a 1,024-GPU compile)."""
+    if not (options.max_peers and options.peer_limit):
+        return solve(options)
+    free = solve(replace(options, max_peers=0, peer_limit=0))
+    most = most_peers(problem.network, free)
+    if most <= options.peer_limit:
+        return replace(free, peers_without_limit=most)
+    return replace(solve(options), peers_without_limit=most, peers_limited=True)
+
+
+def most_peers(net: Network, rates: RateSolution) -> int:
+    """The most GPUs any GPU sends to, or receives from, over the routes of every
+    structure of `rates` (those that carry no chunk count too: an upper bound)."""
+    routes = np.unique(np.fromiter(chain.from_iterable(
+        routes for structures in rates.shares.values() for routes, _ in structures), dtype=np.int64))
+    if not len(routes):
+        return 0
+    n = net.ranks
+    ends = np.array([(net.routes[r].src, net.routes[r].dst) for r in routes.tolist()], dtype=np.int64)
+    pairs = np.unique(ends[:, 0] * n + ends[:, 1])
+    return int(max(np.bincount(pairs // n, minlength=n).max(), np.bincount(pairs % n, minlength=n).max()))
 
 
 def _class_bytes(problem: Problem) -> dict[tuple, float]:
@@ -609,7 +649,9 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
         transfers = ()
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
                 {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
-                 "rate_model": rates.kind, "replicated": rates.replicated})
+                 "rate_model": rates.kind, "replicated": rates.replicated,
+                 **({"most_peers_without_limit": rates.peers_without_limit, "max_peers_applied": rates.peers_limited}
+                    if rates.peers_without_limit else {})})
 
 
 def _unicast_phase(key: tuple, ranks: int) -> float:

@@ -40,13 +40,13 @@ class _RefuseManyPeers(Pass):
 
 
 @pytest.fixture
-def asked(monkeypatch) -> list[tuple[int | None, int | None]]:
-    calls: list[tuple[int | None, int | None]] = []
+def asked(monkeypatch) -> list[tuple[int | None, ...]]:
+    calls: list[tuple[int | None, ...]] = []
     produce = driver.produce_schedule
 
-    def recording(job, max_ops=None, max_peers=None):
-        calls.append((max_ops, max_peers))
-        return produce(job, max_ops, max_peers)
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None):
+        calls.append((max_ops, max_peers) if peer_limit is None else (max_ops, max_peers, peer_limit))
+        return produce(job, max_ops, max_peers, peer_limit)
 
     monkeypatch.setattr(driver, "produce_schedule", recording)
     return calls
@@ -78,3 +78,38 @@ def test_a_backend_without_a_peer_budget_only_halves_ops(asked, monkeypatch):
         driver.schedule_for_backend(_job(8), back, BackendOptions())
     assert asked == [(32_768, None), (16_384, None)]
 
+
+
+def _limited(limit: int):
+    return replace(get_backend("msccl-xml"), lowering=lambda options: "test-refuse-many-peers",
+                   op_budget=lambda ranks: 256 * ranks, peer_budget=PEERS,
+                   peer_limit=lambda topology, options: limit)
+
+
+def test_a_known_peer_limit_keeps_the_first_schedule_within_it(asked):
+    # The runtime's limit (8) is known before synthesis: the packing without max_peers
+    # would give a GPU 13 peers, so synthesis applies max_peers at once and the runtime
+    # refuses nothing.
+    unit, solver = driver.schedule_for_backend(_job(8), _limited(PEERS), BackendOptions())
+    assert asked == [(16_384, PEERS, PEERS)]
+    assert most_peers(unit.schedule) <= PEERS
+    assert solver["backend_peer_limit"] == PEERS and "refused_by_backend" not in solver
+    assert solver["most_peers_without_limit"] == 13 and solver["max_peers_applied"] is True
+
+
+def test_a_peer_limit_the_packing_keeps_changes_nothing(asked):
+    back = replace(_limited(20), lowering=lambda options: "")  # a runtime that takes 20 peers
+    unit, solver = driver.schedule_for_backend(_job(8), back, BackendOptions())
+    assert asked == [(16_384, PEERS, 20)]
+    assert solver["most_peers_without_limit"] == 13 and solver["max_peers_applied"] is False
+    plain, _ = driver.produce_schedule(_job(8), 16_384)
+    assert unit.schedule.ops == plain.schedule.ops
+
+
+def test_the_msccl_backend_knows_its_limit_only_where_a_gpu_could_exceed_it():
+    back = get_backend("msccl-xml")
+    big, small = _job(17), _job(16)  # 136 and 128 GPUs; an H100 keeps 130 threadblocks resident
+    assert back.peer_limit(big.topology, BackendOptions()) == 130
+    assert back.peer_limit(big.topology, BackendOptions(instances=2)) == 65
+    assert driver._peer_limit(big, back, BackendOptions()) == 130
+    assert driver._peer_limit(small, back, BackendOptions()) is None
