@@ -141,18 +141,15 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     status = Status.OPTIMAL
     rounds = 0
     # The full LP's stopping rules (steady imports this module, hence the late import).
-    from collc.synthesis.steady import PRICING_TOLERANCE, after_pricing, solve_round
+    from collc.synthesis.steady import PRICING_TOLERANCE, after_pricing, solve_for_duals
 
     while True:
         rounds += 1
-        if not solve_round(h, deadline, "the replicated steady-state LP"):
+        got = solve_for_duals(h, deadline, "the replicated steady-state LP", n_cls, n_rows, orbit_size * row_cap)
+        if got is None:
             status = Status.TIME_LIMIT
             break
-        sol = h.getSolution()
-        t_value = h.getInfo().objective_function_value
-        duals = np.asarray(sol.row_dual)
-        class_dual = duals[:n_cls]
-        row_price = -(duals[n_cls:n_cls + n_rows] + duals[n_cls + n_rows:]) / (orbit_size * row_cap)
+        t_value, class_dual, row_price = got.t_value, got.class_dual, got.row_price
         progress.stage(f"steady: replicated tree packing, round {rounds}")
         progress.note(T=f"{t_value:.4f}", trees=len(columns))
         # A route's price is the sum of its links' (the padding column costs nothing).

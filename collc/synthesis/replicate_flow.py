@@ -114,7 +114,7 @@ def replicated_path_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
                           classes: dict[tuple, float], options: SolverOptions, deadline: Deadline,
                           progress: Progress, spread: float, excess_price: float):
     from collc.synthesis.steady import (PRICING_TOLERANCE, NotApplicable, RateSolution, after_pricing,
-                                        packing_lp_rows, solve_round)
+                                        packing_lp_rows, solve_for_duals)
 
     net = problem.network
     n = net.ranks
@@ -204,14 +204,11 @@ def replicated_path_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     rounds = 0
     while True:
         rounds += 1
-        if not solve_round(h, deadline, "the replicated flow LP"):
+        got = solve_for_duals(h, deadline, "the replicated flow LP", n_cls, n_rows, orbit_size * row_cap)
+        if got is None:
             status = Status.TIME_LIMIT
             break
-        sol = h.getSolution()
-        t_value = h.getInfo().objective_function_value
-        duals = np.asarray(sol.row_dual)
-        class_dual = duals[:n_cls]
-        row_price = -(duals[n_cls:n_cls + n_rows] + duals[n_cls + n_rows:]) / (orbit_size * row_cap)
+        t_value, class_dual, row_price = got.t_value, got.class_dual, got.row_price
         progress.stage(f"steady: replicated path flow, round {rounds}")
         progress.note(T=f"{t_value:.4f}", paths=len(columns))
         link_price = np.append(row_price, 0.0)[link_row]

@@ -110,38 +110,22 @@ def check_applicable(problem: Problem) -> None:
 def solve_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
                 spread: float = SPREADS[0]) -> RateSolution:
     check_applicable(problem)
-    if problem.unicast:
-        if problem.ranks >= REPLICATE_FROM_RANKS:
-            replicated = _replicated_flow(problem, options, deadline, progress, spread)
-            if replicated is not None:
-                return replicated
-        return _flow_rates(problem, options, deadline, progress)
     if problem.ranks >= REPLICATE_FROM_RANKS:
         replicated = _replicated_rates(problem, options, deadline, progress, spread)
         if replicated is not None:
             return replicated
+    if problem.unicast:
+        return _flow_rates(problem, options, deadline, progress)
     return _tree_rates(problem, options, deadline, progress, spread)
 
 
 def _replicated_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
                       spread: float) -> RateSolution | None:
+    """The rate LP solved once per orbit of identical classes and replicated: trees per
+    source (collc.synthesis.replicate), or paths per source-destination pair for
+    unicast demands (collc.synthesis.replicate_flow); None where the topology or the
+    demand has no such symmetry."""
     from collc.synthesis.replicate import class_orbits, replicated_tree_rates
-    from collc.synthesis.symmetry import find_symmetry
-
-    sym = find_symmetry(problem.network)
-    if sym is None:
-        return None
-    classes = _class_bytes(problem)
-    orbits = class_orbits(problem, classes, sym)
-    if orbits is None or len(orbits) == len(classes):
-        return None
-    progress.stage(f"steady: rate LP for {len(orbits)} of {len(classes)} sources (identical nodes)")
-    return _within_peer_limit(problem, options, lambda o: replicated_tree_rates(
-        problem, sym, orbits, classes, o, deadline, progress, spread, EXCESS_PRICE))
-
-
-def _replicated_flow(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
-                     spread: float) -> RateSolution | None:
     from collc.synthesis.replicate_flow import pair_orbits, replicated_path_rates
     from collc.synthesis.symmetry import find_symmetry
 
@@ -149,12 +133,16 @@ def _replicated_flow(problem: Problem, options: SolverOptions, deadline: Deadlin
     if sym is None:
         return None
     classes = _class_bytes(problem)
-    orbits = pair_orbits(classes, sym, problem.ranks)
+    if problem.unicast:
+        orbits = pair_orbits(classes, sym, problem.ranks)
+        what, rates = "source-destination pairs", replicated_path_rates
+    else:
+        orbits = class_orbits(problem, classes, sym)
+        what, rates = "sources", replicated_tree_rates
     if orbits is None or len(orbits) == len(classes):
         return None
-    progress.stage(f"steady: flow LP for {len(orbits)} of {len(classes)} source-destination pairs "
-                   "(identical nodes)")
-    return _within_peer_limit(problem, options, lambda o: replicated_path_rates(
+    progress.stage(f"steady: rate LP for {len(orbits)} of {len(classes)} {what} (identical nodes)")
+    return _within_peer_limit(problem, options, lambda o: rates(
         problem, sym, orbits, classes, o, deadline, progress, spread, EXCESS_PRICE))
 
 
@@ -255,14 +243,11 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     t_value = math.inf
     while True:
         rounds += 1
-        if not solve_round(h, deadline, f"the steady-state LP (round {rounds})"):
+        got = solve_for_duals(h, deadline, f"the steady-state LP (round {rounds})", n_cls, n_links, cap)
+        if got is None:
             status = Status.TIME_LIMIT
             break
-        sol = h.getSolution()
-        t_value = h.getInfo().objective_function_value  # T plus the small price of excess
-        duals = np.asarray(sol.row_dual)
-        class_dual = duals[:n_cls]
-        price = -(duals[n_cls:n_cls + n_links] + duals[n_cls + n_links:]) / cap  # per byte, >= 0
+        t_value, class_dual, price = got.t_value, got.class_dual, got.row_price  # price: per byte, >= 0
         progress.stage(f"steady: tree packing, round {rounds}")
         progress.note(T=f"{t_value * 1e6:.2f}us", trees=len(columns))
         route_price = np.array([price[rl].sum() if rl else 0.0 for rl in route_links])
@@ -359,6 +344,29 @@ def solve_round(h: highspy.Highs, deadline: Deadline, what: str) -> bool:
         raise NotApplicable(f"{what} found no solution ({h.modelStatusToString(h.getModelStatus())})")
     deadline.work.time_limit_fired = True
     return False
+
+
+@dataclass(frozen=True)
+class RoundDuals:
+    """What a solved round of column generation prices new columns with."""
+
+    t_value: float  # the LP's objective: T plus the small price of excess
+    class_dual: np.ndarray  # per class: the dual of its shares adding up to 1
+    row_price: np.ndarray  # per load row: its price per unit of the column's coefficient / per_row
+
+
+def solve_for_duals(h: highspy.Highs, deadline: Deadline, what: str, n_classes: int, n_rows: int,
+                    per_row: np.ndarray) -> RoundDuals | None:
+    """Solve a round (`solve_round`) and read its duals, laid out as packing_lp_rows
+    makes the rows: the load rows' two duals summed, negated and divided by `per_row`
+    (a link's capacity, or a link orbit's size times capacity). None when the time
+    limit stopped the solve."""
+    if not solve_round(h, deadline, what):
+        return None
+    duals = np.asarray(h.getSolution().row_dual)
+    rows = n_classes + n_rows
+    price = -(duals[n_classes:rows] + duals[rows:]) / per_row
+    return RoundDuals(h.getInfo().objective_function_value, duals[:n_classes], price)
 
 
 def after_pricing(h: highspy.Highs, deadline: Deadline, added: int, rounds: int, t_value: float,

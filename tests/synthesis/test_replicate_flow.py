@@ -19,7 +19,7 @@ from collc.synthesis.problem import build_problem
 from collc.synthesis.progress import Progress
 from collc.synthesis.replicate_flow import pair_orbits, shortest_paths
 from collc.synthesis.solver import Deadline, SolverOptions
-from collc.synthesis.steady import _class_bytes, _flow_rates, _replicated_flow, _unicast_phase, pipelined_plan
+from collc.synthesis.steady import _class_bytes, _flow_rates, _replicated_rates, _unicast_phase, pipelined_plan
 from collc.synthesis.symmetry import find_symmetry
 from collc.synthesis.timing import DEFAULT_MODEL
 from collc.verify import verify
@@ -33,11 +33,11 @@ def _schedule(cand, topo):
     return Schedule("replicated", cand.plan.problem.collective, topo.name, cand.ops.ops, cand.ops.scratch, {})
 
 
-def test_replicated_flow_matches_the_whole_flow_lp_and_the_bound():
+def test_replicated_rates_matches_the_whole_flow_lp_and_the_bound():
     topo = topos.dgx_h100(2)
     coll = standard("alltoall", topo.num_ranks)
     problem = build_problem(coll, Network(topo), 256 * MIB)
-    rates = _replicated_flow(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
+    rates = _replicated_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
     # One orbit of ranks: the 15 pairs of rank 0 stand for all 240.
     assert rates is not None and rates.replicated == 15 and rates.status is Status.OPTIMAL
     whole = _flow_rates(problem, SolverOptions(), Deadline(60), Progress(False))
@@ -58,7 +58,7 @@ def test_the_replicated_schedule_verifies_near_the_bound_at_one_chunk_per_pair()
     topo = topos.dgx_h100(4)
     coll = standard("alltoall", topo.num_ranks)
     problem = problem_for(Network(topo), coll, 1 << 30, 1)
-    rates = _replicated_flow(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
+    rates = _replicated_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
     cand = realize(pipelined_plan(problem, rates), DEFAULT_MODEL)
     verify(_schedule(cand, topo), topo)
     bound = bounds.lower_bounds(topo, coll, 1 << 30).best_s
@@ -70,7 +70,7 @@ def test_a_peer_limit_is_kept_by_the_replicated_paths():
     net = Network(topo)
     coll = standard("alltoall", topo.num_ranks)
     problem = build_problem(coll, net, 1 << 30)
-    rates = _replicated_flow(problem, SolverOptions(max_peers=32), Deadline(120), Progress(False), 0.97)
+    rates = _replicated_rates(problem, SolverOptions(max_peers=32), Deadline(120), Progress(False), 0.97)
     peers: dict[int, set[int]] = {}
     for paths in rates.shares.values():
         for path, _ in paths:
@@ -80,7 +80,7 @@ def test_a_peer_limit_is_kept_by_the_replicated_paths():
     # away (6, 12, 18, 24, 30): two hops reach every node.
     assert {len(p) for p in peers.values()} == {7 + 10}
     # Without the limit, each GPU reaches every other node on its rail directly.
-    free = _replicated_flow(problem, SolverOptions(), Deadline(120), Progress(False), 0.97)
+    free = _replicated_rates(problem, SolverOptions(), Deadline(120), Progress(False), 0.97)
     direct: set[int] = set()
     for paths in free.shares.values():
         for path, _ in paths:
@@ -98,7 +98,7 @@ def test_an_asymmetric_demand_keeps_the_whole_flow_lp():
     sym = find_symmetry(net)
     # (s, 3) maps back to (0, d') with d' depending on s: those pairs are not classes.
     assert pair_orbits(_class_bytes(problem), sym, net.ranks) is None
-    assert _replicated_flow(problem, SolverOptions(), Deadline(60), Progress(False), 0.97) is None
+    assert _replicated_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97) is None
 
 
 def test_shortest_paths_relay_where_two_routes_are_cheaper_than_one():
