@@ -104,6 +104,7 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
     limit = _peer_limit(job, back, options) if budget is not None else None
     peers: int | None = back.peer_budget if limit is not None else None
     forced = False  # max_peers applied whatever the packing
+    halved_from: float = float("inf")  # ops of the schedule refused when the op budget was last halved
     refused: list[str] = []  # why the runtime refused earlier schedules, for the report
     for attempt in range(BUDGET_RETRIES + 1):
         unit, solver = produce_schedule(job, budget, peers, None if forced else limit)
@@ -126,9 +127,14 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
             if (not forced and back.peer_budget and back.peer_limit_error is not None
                     and isinstance(exc, back.peer_limit_error)):
                 peers, forced = back.peer_budget, True
+                halved_from = float("inf")
                 continue
-            if ops <= job.collective.ranks:
+            # A halved budget that gave no fewer ops (synthesis is at its fewest chunks
+            # already: AllToAll at one chunk per pair) would give the same schedule on
+            # every further try, each a whole synthesis: fail now.
+            if ops <= job.collective.ranks or ops >= halved_from:
                 raise
+            halved_from = ops
             budget = max(1, min(budget, ops) // 2)
             continue
         if refused and solver is not None:

@@ -113,3 +113,38 @@ def test_the_msccl_backend_knows_its_limit_only_where_a_gpu_could_exceed_it():
     assert back.peer_limit(big.topology, BackendOptions(instances=2)) == 65
     assert driver._peer_limit(big, back, BackendOptions()) == 130
     assert driver._peer_limit(small, back, BackendOptions()) is None
+
+
+@register_pass
+@dataclass(frozen=True)
+class _RefuseAll(Pass):
+    """A stand-in for a runtime that takes no schedule of this size at all."""
+
+    name = "test-refuse-all"
+    summary = "fail on every schedule (tests)"
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        raise LimitError(f"{len(unit.schedule.ops)} ops do not fit")
+
+
+def test_halving_stops_once_it_no_longer_gives_fewer_ops(monkeypatch):
+    sizes: list[int] = []
+    produce = driver.produce_schedule
+
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None):
+        unit, solver = produce(job, max_ops, max_peers, peer_limit)
+        sizes.append(len(unit.schedule.ops))
+        return unit, solver
+
+    monkeypatch.setattr(driver, "produce_schedule", recording)
+    monkeypatch.setattr(driver, "BUDGET_RETRIES", 8)
+    back = replace(get_backend("msccl-xml"), lowering=lambda options: "test-refuse-all",
+                   op_budget=lambda ranks: 256 * ranks, peer_budget=None)
+    topo = frontend.resolve_topology("dgx_h100(nodes=4)")
+    job = driver.CompileJob(topo, frontend.resolve_collective("alltoall", topo.num_ranks), 1 << 30)
+    with pytest.raises(LimitError, match="ops do not fit"):
+        driver.schedule_for_backend(job, back, BackendOptions())
+    # Each halving gave fewer ops until synthesis was at one chunk per pair; the try
+    # after that gave as many, and the driver stopped there rather than at the 9th try.
+    assert len(sizes) >= 3 and len(sizes) < 9 and sizes[-1] == sizes[-2]
+    assert all(a > b for a, b in zip(sizes[:-2], sizes[1:-1]))
