@@ -77,8 +77,7 @@ class _PairCosts:
         return cost.reshape(n, n), best.reshape(n, n)
 
 
-def shortest_paths(cost: np.ndarray, best: np.ndarray, source: int,
-                   route_dst: np.ndarray) -> dict[int, tuple[int, ...]]:
+def shortest_paths(cost: np.ndarray, best: np.ndarray, source: int) -> dict[int, tuple[int, ...]]:
     """From `source`, the cheapest path of routes to every rank it can reach (relaying
     through other ranks), by Bellman-Ford relaxations of the whole distance vector:
     each costs one n x n numpy operation, and paths here have few routes."""
@@ -174,7 +173,7 @@ def replicated_path_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
         cost, best = pair_costs(route_cost)
         found: dict[tuple, tuple[int, ...]] = {}
         for r in sources:
-            paths = shortest_paths(cost, best, r, route_dst)
+            paths = shortest_paths(cost, best, r)
             for key in reps:
                 if key[0] == r:
                     path = paths.get(key[1][0])

@@ -106,9 +106,9 @@ def test_shortest_paths_relay_where_two_routes_are_cheaper_than_one():
     # Routes (as matrix entries): 0->1 costs 1, 1->2 costs 1, 0->2 costs 5; 2->0 only.
     cost = np.array([[inf, 1.0, 5.0], [inf, inf, 1.0], [1.0, inf, inf]])
     best = np.array([[-1, 10, 11], [-1, -1, 12], [13, -1, -1]])
-    paths = shortest_paths(cost, best, 0, np.array([]))
+    paths = shortest_paths(cost, best, 0)
     assert paths == {1: (10,), 2: (10, 12)}
-    assert shortest_paths(cost, best, 1, np.array([])) == {2: (12,), 0: (12, 13)}
+    assert shortest_paths(cost, best, 1) == {2: (12,), 0: (12, 13)}
 
 
 def test_each_round_of_the_staggered_order_is_a_permutation():
