@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
 from collc.synthesis.network import Network
-from collc.synthesis.plan import SolveStats, Status
+from collc.synthesis.plan import SolveStats
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import INF, Deadline, SolverOptions, new_highs
@@ -56,21 +57,13 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
 
     net = problem.network
     n_links_all = len(net.links)
-    # Link orbits: links the automorphisms map onto one another.
-    orbit_of = _link_orbits(sym.link_map)
     used = sorted(set(net.used_links))
-    orbit_ids = sorted({int(orbit_of[l]) for l in used})
-    row_of_orbit = {o: i for i, o in enumerate(orbit_ids)}
-    orbit_size = np.zeros(len(orbit_ids))
-    for l in used:
-        orbit_size[row_of_orbit[int(orbit_of[l])]] += 1
-    link_row = np.full(n_links_all, -1)
-    for l in used:
-        link_row[l] = row_of_orbit[int(orbit_of[l])]
+    rows = orbit_rows(net, sym)
+    n_rows, link_row, orbit_size, row_cap = rows.count, rows.link_row, rows.size, rows.capacity
     cap = np.array([net.links[l].capacity for l in range(n_links_all)])
     reps = sorted(orbits)
     weight = {key: len(orbits[key]) for key in reps}  # sources a representative stands for
-    n_cls, n_rows = len(reps), len(orbit_ids)
+    n_cls = len(reps)
     route_src = np.array([r.src for r in net.routes])
     route_dst = np.array([r.dst for r in net.routes])
     route_links = [r.links for r in net.routes]
@@ -93,9 +86,6 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     h = new_highs(options, max(0.05, deadline.remaining()))
     packing_lp_rows(h, n_cls, n_rows, spread, excess_price)
     # Orbit row -> capacity of one of its links (all alike).
-    row_cap = np.zeros(n_rows)
-    for l in used:
-        row_cap[link_row[l]] = cap[l]
     columns: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
     seen: set[tuple[int, tuple[int, ...]]] = set()
     scale = 1.0
@@ -138,48 +128,28 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     for g, routes, depths in first:
         add_tree(g, routes, depths)
 
-    status = Status.OPTIMAL
-    rounds = 0
-    # The full LP's stopping rules (steady imports this module, hence the late import).
-    from collc.synthesis.steady import PRICING_TOLERANCE, after_pricing, solve_for_duals
+    from collc.synthesis.steady import RoundDuals, column_generation
 
-    while True:
-        rounds += 1
-        got = solve_for_duals(h, deadline, "the replicated steady-state LP", n_cls, n_rows, orbit_size * row_cap)
-        if got is None:
-            status = Status.TIME_LIMIT
-            break
-        t_value, class_dual, row_price = got.t_value, got.class_dual, got.row_price
-        progress.stage(f"steady: replicated tree packing, round {rounds}")
-        progress.note(T=f"{t_value:.4f}", trees=len(columns))
+    def candidates(duals: RoundDuals):
         # A route's price is the sum of its links' (the padding column costs nothing).
         link_price = np.zeros(n_links_all + 1)
-        link_price[used] = row_price[link_row[used]]
+        link_price[used] = duals.row_price[link_row[used]]
         route_price = link_price[sym.routes.padded].sum(axis=1)
-        added = 0
-        lagrange = t_value
         for g in range(n_cls):
             volume = weight[reps[g]] * classes[reps[g]] / scale
-            cost = volume * route_price + 1e-9 * t_value * route_time / max(route_time.max(), 1e-30)
+            cost = volume * route_price + 1e-9 * duals.t_value * route_time / max(route_time.max(), 1e-30)
             if allowed is not None:
                 cost[~allowed] = np.inf
             routes, depths = arborescence(net, nodes_of[g], cost, route_src, route_dst)
-            reduced = volume * float(route_price[list(routes)].sum()) - class_dual[g]
-            if reduced < -PRICING_TOLERANCE * t_value:
-                add_tree(g, routes, depths)
-                added += 1
-                lagrange += reduced
-        stop = after_pricing(h, deadline, added, rounds, t_value, lagrange)
-        if stop is not None:
-            status = Status.TIME_LIMIT if stop is Status.TIME_LIMIT else status
-            break
-    values = np.asarray(h.getSolution().col_value)
+            yield g, (routes, depths), volume * float(route_price[list(routes)].sum()) - duals.class_dual[g]
+
+    status, t_lp, chosen = column_generation(h, deadline, progress, "replicated tree packing LP", n_cls, n_rows,
+                                             orbit_size * row_cap, candidates, lambda g, tree: add_tree(g, *tree))
     rep_shares: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], float]]] = defaultdict(list)
-    for j, (g, routes, depths) in enumerate(columns):
-        v = values[j + 1 + n_rows]
+    for (g, routes, depths), v in zip(columns, chosen):
         if v > 1e-9:
             rep_shares[g].append((routes, depths, float(v)))
-    t_value = float(values[0]) * scale
+    t_value = t_lp * scale
     shares: dict[tuple, list[tuple[tuple[int, ...], float]]] = {}
     depth: dict[tuple[int, ...], tuple[int, ...]] = {}
     loads = np.zeros(n_links_all)
@@ -201,6 +171,34 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     own = tuple(routes for g in range(n_cls) for routes, _, _ in rep_shares[g])
     return RateSolution(max(t_value, real), shares, depth, status, stats, "trees", replicated=len(reps),
                         representative_structures=own)
+
+
+@dataclass(frozen=True)
+class OrbitRows:
+    """The load rows of a replicated LP: one per orbit of used links (links the
+    automorphisms map onto one another, all alike)."""
+
+    count: int
+    link_row: np.ndarray  # (links + 1,): each link's row; unused links and the padding column: count
+    size: np.ndarray  # per row: the links of its orbit
+    capacity: np.ndarray  # per row: the capacity of one of its links
+
+
+def orbit_rows(net: Network, sym: Symmetry) -> OrbitRows:
+    orbit_of = _link_orbits(sym.link_map)
+    used = sorted(set(net.used_links))
+    orbit_ids = sorted({int(orbit_of[l]) for l in used})
+    row_of_orbit = {o: i for i, o in enumerate(orbit_ids)}
+    count = len(orbit_ids)
+    link_row = np.full(len(net.links) + 1, count, dtype=np.int64)
+    size = np.zeros(count)
+    capacity = np.zeros(count)
+    for l in used:
+        row = row_of_orbit[int(orbit_of[l])]
+        link_row[l] = row
+        size[row] += 1
+        capacity[row] = net.links[l].capacity
+    return OrbitRows(count, link_row, size, capacity)
 
 
 def peer_mask(sym: Symmetry, max_peers: int, route_src: np.ndarray, route_dst: np.ndarray) -> np.ndarray | None:

@@ -21,13 +21,14 @@ has 1,023 pairs rather than a million, and a few dozen rows.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 
 import numpy as np
 
-from collc.synthesis.plan import SolveStats, Status
+from collc.synthesis.plan import SolveStats
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
-from collc.synthesis.replicate import _link_orbits, peer_mask
+from collc.synthesis.replicate import orbit_rows, peer_mask
 from collc.synthesis.solver import INF, Deadline, SolverOptions, new_highs
 from collc.synthesis.symmetry import Symmetry
 
@@ -112,25 +113,16 @@ def shortest_paths(cost: np.ndarray, best: np.ndarray, source: int) -> dict[int,
 def replicated_path_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, list[tuple[tuple, int]]],
                           classes: dict[tuple, float], options: SolverOptions, deadline: Deadline,
                           progress: Progress, spread: float, excess_price: float):
-    from collc.synthesis.steady import (PRICING_TOLERANCE, NotApplicable, RateSolution, after_pricing,
-                                        packing_lp_rows, solve_for_duals)
+    from collc.synthesis.steady import (NotApplicable, RateSolution, RoundDuals, column_generation,
+                                        packing_lp_rows)
 
     net = problem.network
     n = net.ranks
     n_links_all = len(net.links)
-    orbit_of = _link_orbits(sym.link_map)
-    used = sorted(set(net.used_links))
-    orbit_ids = sorted({int(orbit_of[l]) for l in used})
-    row_of_orbit = {o: i for i, o in enumerate(orbit_ids)}
-    n_rows = len(orbit_ids)
-    orbit_size = np.zeros(n_rows)
-    link_row = np.full(n_links_all + 1, n_rows, dtype=np.int64)  # the padding column: a row beyond
+    rows = orbit_rows(net, sym)
+    # The padding column of a route's links falls on a row beyond the last.
+    n_rows, link_row, orbit_size, row_cap = rows.count, rows.link_row, rows.size, rows.capacity
     cap = np.array([net.links[l].capacity for l in range(n_links_all)])
-    row_cap = np.zeros(n_rows)
-    for l in used:
-        link_row[l] = row_of_orbit[int(orbit_of[l])]
-        orbit_size[link_row[l]] += 1
-        row_cap[link_row[l]] = cap[l]
     reps = sorted(orbits)
     n_cls = len(reps)
     index_of = {key: g for g, key in enumerate(reps)}
@@ -199,41 +191,22 @@ def replicated_path_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     for key, path in first.items():
         add_path(index_of[key], path)
 
-    status = Status.OPTIMAL
-    rounds = 0
-    while True:
-        rounds += 1
-        got = solve_for_duals(h, deadline, "the replicated flow LP", n_cls, n_rows, orbit_size * row_cap)
-        if got is None:
-            status = Status.TIME_LIMIT
-            break
-        t_value, class_dual, row_price = got.t_value, got.class_dual, got.row_price
-        progress.stage(f"steady: replicated path flow, round {rounds}")
-        progress.note(T=f"{t_value:.4f}", paths=len(columns))
-        link_price = np.append(row_price, 0.0)[link_row]
+    def candidates(duals: RoundDuals) -> Iterator[tuple[int, tuple[int, ...], float]]:
+        link_price = np.append(duals.row_price, 0.0)[link_row]
         route_price = link_price[padded].sum(axis=1)
         # Among paths of one price, the faster (fewer hops) wins.
-        priced = priced_paths(route_price + 1e-9 * t_value * route_time / max(route_time.max(), 1e-30))
-        added = 0
-        lagrange = t_value
+        priced = priced_paths(route_price + 1e-9 * duals.t_value * route_time / max(route_time.max(), 1e-30))
         for key, path in (priced or {}).items():
             g = index_of[key]
-            reduced = weight[g] / scale * float(route_price[list(path)].sum()) - class_dual[g]
-            if reduced < -PRICING_TOLERANCE * t_value:
-                add_path(g, path)
-                added += 1
-                lagrange += reduced
-        stop = after_pricing(h, deadline, added, rounds, t_value, lagrange)
-        if stop is not None:
-            status = Status.TIME_LIMIT if stop is Status.TIME_LIMIT else status
-            break
-    values = np.asarray(h.getSolution().col_value)
+            yield g, path, weight[g] / scale * float(route_price[list(path)].sum()) - duals.class_dual[g]
+
+    status, t_lp, chosen = column_generation(h, deadline, progress, "replicated path flow LP", n_cls, n_rows,
+                                             orbit_size * row_cap, candidates, add_path)
     rep_shares: dict[int, list[tuple[tuple[int, ...], float]]] = defaultdict(list)
-    for j, (g, path) in enumerate(columns):
-        v = values[j + 1 + n_rows]
+    for (g, path), v in zip(columns, chosen):
         if v > 1e-9:
             rep_shares[g].append((path, float(v)))
-    t_value = float(values[0]) * scale
+    t_value = t_lp * scale
     shares: dict[tuple, list[tuple[tuple[int, ...], float]]] = {}
     depth: dict[tuple[int, ...], tuple[int, ...]] = {}
     loads = np.zeros(n_links_all + 1)

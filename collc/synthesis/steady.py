@@ -24,7 +24,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from itertools import chain
-from typing import Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import highspy
 import numpy as np
@@ -238,41 +238,22 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
     for g, routes, depths in first_trees:
         add_tree(g, routes, depths)
 
-    status = Status.OPTIMAL
-    rounds = 0
-    t_value = math.inf
-    while True:
-        rounds += 1
-        got = solve_for_duals(h, deadline, f"the steady-state LP (round {rounds})", n_cls, n_links, cap)
-        if got is None:
-            status = Status.TIME_LIMIT
-            break
-        t_value, class_dual, price = got.t_value, got.class_dual, got.row_price  # price: per byte, >= 0
-        progress.stage(f"steady: tree packing, round {rounds}")
-        progress.note(T=f"{t_value * 1e6:.2f}us", trees=len(columns))
+    def candidates(duals: RoundDuals) -> Iterator[tuple[int, tuple[tuple[int, ...], tuple[int, ...]], float]]:
+        price = duals.row_price  # per byte, >= 0
         route_price = np.array([price[rl].sum() if rl else 0.0 for rl in route_links])
-        added = 0
-        lagrange = t_value
         for g, nodes in enumerate(nodes_of):
             volume = classes[keys[g]] / scale
-            cost = volume * route_price + 1e-9 * t_value * route_time / max(route_time.max(), 1e-30)
+            cost = volume * route_price + 1e-9 * duals.t_value * route_time / max(route_time.max(), 1e-30)
             routes, depths = grid.tree(nodes, cost)
             tree_price = volume * sum(route_price[r] for r in routes)
-            reduced = tree_price - class_dual[g]
-            if reduced < -PRICING_TOLERANCE * t_value:
-                add_tree(g, routes, depths)
-                added += 1
-                lagrange += reduced
-        stop = after_pricing(h, deadline, added, rounds, t_value, lagrange)
-        if stop is not None:
-            status = Status.TIME_LIMIT if stop is Status.TIME_LIMIT else status
-            break
-    values = np.asarray(h.getSolution().col_value)
+            yield g, (routes, depths), tree_price - duals.class_dual[g]
+
+    status, t_lp, chosen = column_generation(h, deadline, progress, "tree packing LP", n_cls, n_links, cap, candidates,
+                                             lambda g, tree: add_tree(g, *tree))
     shares: dict[tuple, list[tuple[tuple[int, ...], float]]] = defaultdict(list)
     depth: dict[tuple[int, ...], tuple[int, ...]] = {}
-    t_value = float(values[0]) * scale
-    for j, (g, routes, depths) in enumerate(columns):
-        v = values[j + 1 + n_links]
+    t_value = t_lp * scale
+    for (g, routes, depths), v in zip(columns, chosen):
         if v > 1e-9:
             shares[keys[g]].append((routes, float(v)))
             depth[routes] = depths
@@ -381,6 +362,39 @@ def after_pricing(h: highspy.Highs, deadline: Deadline, added: int, rounds: int,
         return Status.TIME_LIMIT
     h.setOptionValue("time_limit", h.getRunTime() + max(0.05, deadline.remaining()))
     return None
+
+
+def column_generation(h: highspy.Highs, deadline: Deadline, progress: Progress, what: str, n_classes: int,
+                      n_rows: int, per_row: np.ndarray,
+                      candidates: Callable[[RoundDuals], Iterable[tuple[int, Any, float]]],
+                      add: Callable[[int, Any], None]) -> tuple[Status, float, np.ndarray]:
+    """Solve the packing LP, price new columns with its duals, add those whose reduced
+    cost is negative, and again, until `after_pricing` stops it. `candidates(duals)`
+    gives (class, column, reduced cost) for each class's cheapest column, `add` puts
+    one into the LP. Returns the status, T (in the LP's units) and every column's
+    share, in the order the columns were added."""
+    rounds = 0
+    while True:
+        rounds += 1
+        got = solve_for_duals(h, deadline, f"{what} (round {rounds})", n_classes, n_rows, per_row)
+        if got is None:
+            status = Status.TIME_LIMIT
+            break
+        progress.stage(f"steady: {what}, round {rounds}")
+        progress.note(T=f"{got.t_value:.4f}", columns=h.getNumCol() - 1 - n_rows)
+        added = 0
+        lagrange = got.t_value
+        for g, column, reduced in candidates(got):
+            if reduced < -PRICING_TOLERANCE * got.t_value:
+                add(g, column)
+                added += 1
+                lagrange += reduced
+        stop = after_pricing(h, deadline, added, rounds, got.t_value, lagrange)
+        if stop is not None:
+            status = stop
+            break
+    values = np.asarray(h.getSolution().col_value)
+    return status, float(values[0]), values[1 + n_rows:]
 
 
 def tree_routes(cost: np.ndarray, best) -> tuple[tuple[int, ...], tuple[int, ...]]:
