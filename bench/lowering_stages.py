@@ -85,10 +85,10 @@ def memory_mib() -> tuple[int, int]:
 Row = tuple[str, float, int, int]  # stage, CPU s, resident MiB after it, peak MiB so far
 
 
-def stages(units: list[CompileUnit]) -> list[Row]:
+def stages(units: list[CompileUnit], keep: Path | None = None) -> list[Row]:
     """Time the lowering of the unit in `units` (a list, emptied here: the lowering
     holds the only reference to the schedule, as in the driver, so that what a pass
-    replaces is freed)."""
+    replaces is freed). `keep`: where to leave the XML file (else it is deleted)."""
     unit = units.pop()
     back = get_backend("msccl-xml")
     coll_token(unit.schedule.collective)  # the driver checks the collective before solving, as here
@@ -106,7 +106,7 @@ def stages(units: list[CompileUnit]) -> list[Row]:
         before = None
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.process_time()
-        back.emit(unit, Path(tmp) / "out.xml", options)
+        back.emit(unit, keep or Path(tmp) / "out.xml", options)
         out.append(("write XML", time.process_time() - t0, *memory_mib()))
     return out
 
@@ -121,6 +121,7 @@ def main() -> None:
                     help="synthesize with at most this many peers per GPU (dgx_h100(nodes=128) needs 32)")
     ap.add_argument("--save", type=Path, help="keep the schedule in this file (a pickle) before timing")
     ap.add_argument("--load", type=Path, help="time the lowering of a schedule kept with --save")
+    ap.add_argument("--xml", type=Path, help="keep the MSCCL XML file written here")
     args = ap.parse_args()
     if args.load is None and (args.topology is None or args.collective is None):
         ap.error("give a topology and a collective, or --load FILE")
@@ -138,7 +139,7 @@ def main() -> None:
                     unit = units[0]
                     pickle.dump((unit.schedule, unit.topology, unit.size_bytes), f, protocol=pickle.HIGHEST_PROTOCOL)
                     del unit
-        rows = stages(units)
+        rows = stages(units, args.xml)
     print("| stage | CPU s | resident MiB after | peak MiB so far |\n|---|---|---|---|")
     total = 0.0
     for name, value, rss, peak in rows:

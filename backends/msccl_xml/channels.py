@@ -18,6 +18,14 @@ peer. The plan:
    between them; unmatched connections get a threadblock of their own. Local ops join
    the threadblock of the half they wait for last (no cross-threadblock wait), or a
    threadblock without peers.
+
+Where that spread gives a GPU more threadblocks than can be resident at once (every
+connection of a GPU with hundreds of peers, on every channel), `plan_compact` packs
+instead: each connection is cut, in time order, into the fewest slices of at most
+`slice_steps` messages, the slices of one connection on distinct channels, and on each
+rank and channel every send slice shares a threadblock with a receive slice. A GPU then
+has about as many threadblocks as it has peers, plus one per extra slice of its busiest
+connections (AllToAll on 512 H100 GPUs: about 80 rather than 256).
 """
 
 from __future__ import annotations
@@ -264,6 +272,80 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
+def plan_compact(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
+                 c: int, slice_steps: int, max_steps: int, cache: PlanCache) -> TbPlan | None:
+    """Threadblocks for every rank with `c` channels per instance, packed: each
+    connection in slices of at most `slice_steps` messages (`_assign_slices`), every
+    send slice of a rank and channel sharing a threadblock with a receive slice; None
+    when a connection needs more than `c` slices or a rank and channel would hold more
+    than MAX_TBS_PER_CHANNEL threadblocks."""
+    base = _assign_slices(cache, c, slice_steps)
+    if base is None:
+        return None
+    chans = base[cache.transfer_of_moving]
+    if instances > 1:
+        chans = chans + cache.instance * c
+    per_rank = _build(halves, preds, chans, ranks, c, max_steps, cache, compact=True)
+    if per_rank is None:
+        return None
+    rank, steps, tb = _largest(per_rank, cache)
+    return TbPlan(c, tuple(_finish(tbs, cache.place_array, cache.single_steps) for tbs in per_rank), steps,
+                  f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
+
+
+def _assign_slices(cache: PlanCache, c: int, slice_steps: int) -> np.ndarray | None:
+    """Channel of every transfer (of instance 0) for `plan_compact`, or None.
+
+    A connection of m messages is cut into ceil(m / slice_steps) slices of consecutive
+    messages (time order) of near-equal size, each on a channel of its own. Slices are
+    placed busiest connection first, each on the channel where it adds the fewest
+    threadblocks to its two ranks (a rank and channel has one threadblock per send or
+    receive slice, whichever are more, once they are paired), then where those ranks
+    have the fewest slices, then the lowest channel."""
+    conn = cache.conn
+    count = len(conn)
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    moving, _, _, is_send = cache.moving_arrays
+    sends0 = is_send & (cache.instance == 0)
+    place = np.zeros(count, dtype=np.int64)
+    place[cache.transfer_of_moving[sends0]] = cache.place_array[moving[sends0]]
+    order = np.lexsort((place, conn))
+    messages = np.bincount(conn, minlength=len(cache.conn_number))
+    slices = -(-messages // max(1, slice_steps))
+    if int(slices.max(initial=0)) > c:
+        return None
+    start = np.r_[0, np.cumsum(messages)[:-1]]
+    index = np.empty(count, dtype=np.int64)
+    index[order] = np.arange(count, dtype=np.int64) - np.repeat(start, messages)
+    slice_of = index * slices[conn] // np.maximum(messages[conn], 1)
+
+    ends = np.zeros((len(cache.conn_number), 2), dtype=np.int64)
+    for (a, b), k in cache.conn_number.items():
+        ends[k] = (a, b)
+    sends = np.zeros((cache.ranks, c), dtype=np.int64)  # send slices per rank and channel
+    recvs = np.zeros((cache.ranks, c), dtype=np.int64)
+    channel_of = np.full((len(messages), int(slices.max(initial=1))), -1, dtype=np.int64)
+    limit = MAX_TBS_PER_CHANNEL
+    channels = np.arange(c)
+    for k in sorted(range(len(messages)), key=lambda k: (-int(slices[k]), k)):
+        a, b = ends[k].tolist()
+        free = np.ones(c, dtype=bool)
+        for i in range(int(slices[k])):
+            sa, ra, sb, rb = sends[a], recvs[a], sends[b], recvs[b]
+            ok = free & (sa < limit) & (rb < limit)
+            if not ok.any():
+                return None
+            added = (sa >= ra).astype(np.int64) + (rb >= sb)
+            key = np.lexsort((channels, sa + rb, added + np.where(ok, 0, 1 << 30)))
+            ch = int(key[0])
+            channel_of[k, i] = ch
+            free[ch] = False
+            sends[a, ch] += 1
+            recvs[b, ch] += 1
+    return channel_of[conn, slice_of]
+
+
 def _assign_channels(cache: PlanCache, c: int) -> np.ndarray | None:
     """Channel of every transfer (of instance 0), or None when the peer limits cannot hold.
 
@@ -396,8 +478,10 @@ def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> 
 
 
 def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], chans: list[int], ranks: int, c: int,
-           max_steps: int, cache: PlanCache) -> list[list[_Tb]] | None:
-    """`chans`: the channel of each of `cache.moving`."""
+           max_steps: int, cache: PlanCache, compact: bool = False) -> list[list[_Tb]] | None:
+    """`chans`: the channel of each of `cache.moving`. `compact`: every send connection
+    shares a threadblock with a receive connection where the rank and channel has both
+    (see `_pair`)."""
     sends, recvs = _connection_halves(cache, chans)
     weight = _fusion_weights(cache, chans)
 
@@ -409,7 +493,7 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], chans: 
 
     per_rank: list[list[_Tb]] = [[] for _ in range(ranks)]
     for (rank, ch), (send_peers, recv_peers) in sorted(groups.items()):
-        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], cache.matchings)
+        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], cache.matchings, compact)
         if pairs is None:
             return None
         for q, p in pairs:
@@ -473,11 +557,21 @@ def _fusion_weights(cache: PlanCache, chans: list[int]) -> dict[tuple[int, int],
 
 
 def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter,
-          matchings: dict[tuple, list[tuple[int, int]]] | None = None) -> list[tuple[int, int]] | None:
+          matchings: dict[tuple, list[tuple[int, int]]] | None = None,
+          compact: bool = False) -> list[tuple[int, int]] | None:
     """(send peer, recv peer) of each threadblock of one rank and channel (-1: none)."""
     pairs = _matching(weight, {} if matchings is None else matchings)
     lone_sends = sorted(send_peers - {q for q, _ in pairs})
     lone_recvs = sorted(recv_peers - {p for _, p in pairs})
+    if compact:
+        # A peer's send and receive connections first (their steps alternate in time
+        # much as one exchange), then the rest in peer order.
+        both = set(lone_sends) & set(lone_recvs)
+        pairs += [(q, q) for q in sorted(both)]
+        lone_sends = [q for q in lone_sends if q not in both]
+        lone_recvs = [p for p in lone_recvs if p not in both]
+        while lone_sends and lone_recvs:
+            pairs.append((lone_sends.pop(0), lone_recvs.pop(0)))
     # Unrelated connections share a threadblock only when the channel would otherwise
     # hold too many (a shared one runs their steps one after the other).
     while len(pairs) + len(lone_sends) + len(lone_recvs) > MAX_TBS_PER_CHANNEL and lone_sends and lone_recvs:

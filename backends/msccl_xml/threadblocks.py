@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from collc.backends.msccl_xml.channels import (
-    MAX_TBS_PER_CHANNEL, PlanCache, channel_counts, check_counts, plan_threadblocks,
+    MAX_CHANNELS, MAX_TBS_PER_CHANNEL, PlanCache, TbPlan, channel_counts, check_counts, plan_compact,
+    plan_threadblocks,
 )
 from collc.backends.msccl_xml.dependencies import order_steps
 from collc.backends.msccl_xml.fuse import fuse
@@ -38,7 +39,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     threadblocks than can be resident at once (`limits.resident_threadblocks`): more
     channels give more threadblocks, so the search stops at the first count over it."""
     coll = schedule.collective
-    token = coll_token(coll)
+    coll_token(coll)  # the executor must take this collective at all: fail before any work
     if max_steps < 1:
         raise CollcError(f"msccl-threadblocks: max_steps={max_steps}; a threadblock needs room for at least one step")
     check_counts(instances, channels)
@@ -58,10 +59,9 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         if plan is None:
             continue
         if sms:
-            most, rank = max((len(tbs), -r) for r, tbs in enumerate(plan.tbs))  # the first busiest GPU
-            excess = threadblock_excess(most, sms)
+            excess = _crowded(plan, sms)
             if excess is not None:
-                crowded = f"with {c} channel(s) per instance GPU {-rank} needs {excess}"
+                crowded = f"with {c} channel(s) per instance {excess}"
                 break
         if plan.least_steps > max_steps:
             if best is None or plan.least_steps < best[0]:
@@ -71,14 +71,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         # The planning's arrays and chains (about 800 MiB at 1,024 GPUs) are freed while
         # the plan is measured, and built again only if another count must be tried.
         cache = None
-        halves = split.halves
-        program = Program(
-            name=schedule.name, collective=coll, coll=token, ngpus=coll.ranks,
-            nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
-            halves=halves, preds=split.preds, sole_readers=split.sole_readers,
-            gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED,
-            candidates=split.candidates, place_array=place_array,
-            candidate_arrays=split.candidate_arrays, pred_pairs=split.pred_pairs)
+        program = _program(schedule, split, plan, place_array, instances, inplace)
         # Fusing and dependencies decide the final length of each threadblock; both are
         # deterministic, so the passes that follow reproduce exactly what is measured here.
         steps, where = _longest(order_steps(fuse(program)))
@@ -86,6 +79,15 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
             return program
         if best is None or steps < best[0]:
             best = (steps, where)
+    if crowded is not None and not channels:
+        # Spread over channels, the connections of a GPU with many peers each took a
+        # threadblock per channel: pack them instead.
+        if cache is None:
+            cache = PlanCache(split.halves, split.candidates, split.places, split.arrays, matchings)
+        program, why = _compact(schedule, split, cache, instances, inplace, max_steps, sms)
+        if program is not None:
+            return program
+        crowded = f"{crowded}; {why}"
     if crowded is not None:
         steps_note = f"; with fewer channels {best[1]} gets {best[0]} steps (max_steps={max_steps})" if best else ""
         raise LimitError(f"msccl-threadblocks: {crowded}{steps_note}. Use fewer chunks per rank, fewer "
@@ -103,6 +105,61 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     raise LimitError(f"msccl-threadblocks: even over {tries[-1]} channels {where} gets {steps} steps, more than "
                      f"max_steps={max_steps}; raise max_steps if the runtime allows more (the older MSCCL runtime "
                      "runs 256), or use fewer chunks per rank or fewer instances")
+
+
+def _program(schedule: Schedule, split, plan: TbPlan, place_array, instances: int, inplace: bool) -> Program:
+    coll = schedule.collective
+    return Program(
+        name=schedule.name, collective=coll, coll=coll_token(coll), ngpus=coll.ranks,
+        nchunksperloop=base_chunks_per_loop(coll) * instances, inplace=inplace, instances=instances,
+        halves=split.halves, preds=split.preds, sole_readers=split.sole_readers,
+        gpus=tuple(LGpu(r, *split.buffers[r], plan.tbs[r]) for r in range(coll.ranks)), stage=Stage.ASSIGNED,
+        candidates=split.candidates, place_array=place_array,
+        candidate_arrays=split.candidate_arrays, pred_pairs=split.pred_pairs)
+
+
+def _most_threadblocks(plan: TbPlan) -> tuple[int, int]:
+    """(threadblocks, rank) of the first GPU with the most threadblocks."""
+    most, rank = max((len(tbs), -r) for r, tbs in enumerate(plan.tbs))
+    return most, -rank
+
+
+def _crowded(plan: TbPlan, sms: int) -> str | None:
+    """Why the plan gives some GPU more threadblocks than can be resident, or None."""
+    most, rank = _most_threadblocks(plan)
+    excess = threadblock_excess(most, sms)
+    return None if excess is None else f"GPU {rank} needs {excess}"
+
+
+def _compact(schedule: Schedule, split, cache: PlanCache, instances: int, inplace: bool, max_steps: int,
+             sms: int) -> tuple[Program | None, str]:
+    """A packed placement (`channels.plan_compact`) within `max_steps` and the resident
+    threadblocks, or None and why not. Slices start at half a threadblock (a send slice
+    and a receive slice share one); where fusing and nop steps still make a threadblock
+    too long, slices shrink by a third, and channels grow only as the slices need."""
+    coll = schedule.collective
+    slice_steps = max(1, max_steps // 2)
+    why = "no packed placement keeps within the channels"
+    while True:
+        for c in range(1, MAX_CHANNELS // instances + 1):
+            plan = plan_compact(split.halves, split.preds, coll.ranks, instances, c, slice_steps, max_steps, cache)
+            if plan is None:
+                continue
+            most, rank = _most_threadblocks(plan)
+            if sms and threadblock_excess(most, sms) is not None:
+                return None, (f"packed in slices of {slice_steps} messages on {c} channel(s), GPU {rank} still "
+                              f"needs {most}")
+            program = _program(schedule, split, plan, cache.place_array, instances, inplace)
+            steps, where = _longest(order_steps(fuse(program)))
+            if steps <= max_steps:
+                return program, ""
+            why = f"packed in slices of {slice_steps} messages, {where} gets {steps} steps (max_steps={max_steps})"
+            break
+        else:
+            return None, why
+        if slice_steps == 1:
+            return None, why
+        slice_steps = max(1, slice_steps * 2 // 3)
 
 
 def _check_peers(schedule: Schedule, instances: int, sms: int) -> None:

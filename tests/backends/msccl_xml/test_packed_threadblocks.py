@@ -1,0 +1,103 @@
+"""Packed placement: where spreading every connection over the channels gives a GPU more
+threadblocks than its SMs keep resident, each connection is cut into slices of
+consecutive messages on channels of their own, and a rank's send and receive slices
+share threadblocks. AllToAll on 512 H100 GPUs needs it (256 threadblocks spread, 79
+packed); here the same shape at 32 GPUs with fewer SMs declared."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+from xml_checks import check_structure
+
+from collc import frontend
+from collc.backends import BackendOptions, get_backend
+from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL, PlanCache, plan_compact
+from collc.backends.msccl_xml.halves import split_schedule
+from collc.backends.msccl_xml.program import HalfKind
+from collc.backends.msccl_xml.limits import LimitError
+from collc.backends.msccl_xml.threadblocks import assign_threadblocks
+from collc.backends.msccl_xml.verify import verify_algo
+from collc.driver import CompileJob, produce_schedule
+from collc.passes.base import CompileUnit
+
+
+@pytest.fixture(scope="module")
+def alltoall32() -> CompileUnit:
+    """A synthesized AllToAll on dgx_h100(nodes=4) (4 chunks per pair, 6,784 ops): 10
+    peers per GPU, 18 threadblocks on one channel when spread."""
+    topo = frontend.resolve_topology("dgx_h100(nodes=4)", None)
+    coll = frontend.resolve_collective("alltoall", topo.num_ranks, None)
+    unit, _ = produce_schedule(CompileJob(topo, coll, 1 << 30), get_backend("msccl-xml").op_budget(coll.ranks))
+    return unit
+
+
+def with_sms(unit: CompileUnit, sms: int) -> CompileUnit:
+    topo = unit.topology
+    nodes = tuple(replace(n, sms=sms) if n.rank is not None else n for n in topo.nodes)
+    return replace(unit, topology=replace(topo, nodes=nodes))
+
+
+def test_spread_fits_where_the_sms_allow_and_is_kept(alltoall32):
+    spread = assign_threadblocks(alltoall32.schedule)
+    assert max(len(g.tbs) for g in spread.gpus) == 18
+    same = assign_threadblocks(alltoall32.schedule, sms=20)
+    assert [g.tbs for g in same.gpus] == [g.tbs for g in spread.gpus]
+
+
+def test_packed_when_spread_exceeds_the_resident_threadblocks(alltoall32):
+    program = assign_threadblocks(alltoall32.schedule, sms=15)
+    assert max(len(g.tbs) for g in program.gpus) == 11
+    for g in program.gpus:
+        # 10 send and 10 receive peers, every send connection sharing a threadblock with a
+        # receive connection (a relay's receive with its forward where they fuse), and
+        # one threadblock for the local copy.
+        with_peers = [tb for tb in g.tbs if tb.send >= 0 or tb.recv >= 0]
+        assert len(with_peers) == 10 and all(tb.send >= 0 and tb.recv >= 0 for tb in with_peers)
+        assert len({tb.send for tb in with_peers}) == len({tb.recv for tb in with_peers}) == 10
+
+
+def test_packed_file_verifies_within_the_sms_and_the_executor_rules(alltoall32):
+    algo = lowered_algo(with_sms(alltoall32, 15), BackendOptions())
+    check_structure(algo)
+    assert max(len(tb.steps) for g in algo.gpus for tb in g.tbs) <= 64
+    result = verify_algo(algo, sms=15)
+    assert result.ok, result
+    assert not verify_algo(algo, sms=12).ok
+
+
+def test_too_few_sms_even_packed_names_both_placements(alltoall32):
+    with pytest.raises(LimitError) as exc:
+        assign_threadblocks(alltoall32.schedule, sms=12)
+    text = exc.value.message
+    assert "with 1 channel(s) per instance GPU 0 needs 18 threadblocks" in text
+    assert "packed in slices of 32 messages on 1 channel(s), GPU 0 still needs 11" in text
+
+
+@pytest.mark.parametrize("slice_steps", [4, 12, 32])
+def test_slices_keep_their_size_and_take_a_channel_each(alltoall32, slice_steps):
+    split = split_schedule(alltoall32.schedule)
+    cache = PlanCache(split.halves, split.candidates, split.places, split.arrays)
+    plan = None
+    for c in range(1, 33):
+        plan = plan_compact(split.halves, split.preds, alltoall32.schedule.collective.ranks, 1, c, slice_steps, 64,
+                            cache)
+        if plan is not None:
+            break
+    assert plan is not None
+    busiest = max(Counter((h.rank, h.peer) for h in split.halves if h.kind is HalfKind.SEND).values())
+    assert plan.channels_per_instance >= -(-busiest // slice_steps)
+    sends_per_slice: Counter = Counter()
+    for rank, tbs in enumerate(plan.tbs):
+        assert max(Counter(tb.chan for tb in tbs).values()) <= MAX_TBS_PER_CHANNEL
+        seen = set()
+        for tb in tbs:
+            if tb.send >= 0:
+                assert (tb.send, tb.chan) not in seen, "one threadblock per connection and channel"
+                seen.add((tb.send, tb.chan))
+                sends = sum(1 for s in tb.steps for h in s.halves if split.halves[h].kind is HalfKind.SEND)
+                sends_per_slice[(rank, tb.send, tb.chan)] = sends
+    assert 0 < max(sends_per_slice.values()) <= slice_steps
