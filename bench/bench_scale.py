@@ -2,7 +2,8 @@
 verified and written as MSCCL XML by the `collc` command, as a user runs it; and
 `collc check` of a 2,000-GPU cluster with a compile request; and a synthesized AllGather
 1 GiB on dgx_h100(nodes=N) written as MSCCL XML (the lowering of schedules where a GPU
-talks to dozens of peers).
+talks to dozens of peers), and the same for a synthesized AllToAll (`--alltoall-nodes`:
+a GPU with 70 peers at 64 nodes).
 
 Each case runs `collc` in a fresh process; wall time and the process's peak resident
 memory (getrusage of the child) are recorded, then `collc verify` of the written file.
@@ -10,8 +11,11 @@ Goals: 256 ranks in under 5 s, 1,024 ranks in under 60 s, memory under 4 GiB; `c
 of 2,000 GPUs in seconds (it took about 110 s); dgx_h100(nodes=128) (1,024 GPUs) to XML
 within 600 s and 8 GiB.
 
-    python3 bench/bench_scale.py [--ranks 64,128,256,1024] [--dgx-nodes 32,128] [--timeout 900]
-        [--out bench/results/scale.json] [--md bench/results/scale.md]
+    python3 bench/bench_scale.py [--ranks 64,128,256,1024] [--dgx-nodes 32,128] [--alltoall-nodes 32,64]
+        [--timeout 900] [--out bench/results/scale.json] [--md bench/results/scale.md] [--label TEXT]
+
+The JSON file is replaced; the table goes into the Markdown file as a new section at
+its top (under the title), headed by the label, so that earlier measurements stay.
 """
 
 from __future__ import annotations
@@ -78,17 +82,18 @@ def ring_case(ranks: int, cwd: Path, timeout: float) -> dict:
     return row
 
 
-def dgx_case(nodes: int, cwd: Path, timeout: float) -> dict:
-    """A synthesized AllGather 1 GiB on dgx_h100(nodes) to MSCCL XML, then `collc verify`."""
-    out = cwd / f"dgx_h100_{nodes}.xml"
-    compile_run = run(["compile", "--topology", f"dgx_h100(nodes={nodes})", "--collective", "allgather",
+def dgx_case(nodes: int, cwd: Path, timeout: float, collective: str = "allgather") -> dict:
+    """A synthesized `collective` 1 GiB on dgx_h100(nodes) to MSCCL XML, then `collc
+    verify` (with the H100's 132 SMs: every GPU's threadblocks resident at once)."""
+    out = cwd / f"dgx_h100_{nodes}_{collective}.xml"
+    compile_run = run(["compile", "--topology", f"dgx_h100(nodes={nodes})", "--collective", collective,
                        "--size", "1GiB", "--backend", "msccl-xml", "-o", str(out), "-q"], cwd, timeout)
-    row = {"case": f"synthesized allgather, dgx_h100(nodes={nodes}) ({8 * nodes} GPUs)", "ranks": 8 * nodes,
+    row = {"case": f"synthesized {collective}, dgx_h100(nodes={nodes}) ({8 * nodes} GPUs)", "ranks": 8 * nodes,
            "compile": compile_run}
     if compile_run["status"] == 0:
-        row["verify"] = run(["verify", str(out)], cwd, timeout)
+        row["verify"] = run(["verify", "--sms", "132", str(out)], cwd, timeout)
         row["xml_mib"] = round(out.stat().st_size / 2 ** 20, 1)
-    if nodes in DGX_GOALS:
+    if nodes in DGX_GOALS and collective == "allgather":
         seconds, mib = DGX_GOALS[nodes]
         row["goal_s"] = seconds
         row["met"] = (compile_run["status"] == 0 and compile_run["seconds"] < seconds
@@ -118,11 +123,26 @@ def markdown(rows: list[dict], machine: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_section(path: Path, heading: str, table: str) -> None:
+    """Put `table` under `## heading` at the top of the Markdown file (after its title
+    and the paragraphs before its first section), keeping what is there."""
+    section = f"## {heading}\n\n{table}\n"
+    if not path.exists():
+        path.write_text(f"# Scale (`bench/bench_scale.py`)\n\n{section}")
+        return
+    text = path.read_text()
+    at = text.find("\n## ")
+    head, rest = (text, "") if at < 0 else (text[:at + 1], text[at + 1:])
+    path.write_text(f"{head.rstrip()}\n\n{section}{rest}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", default="64,128,256")
     ap.add_argument("--dgx-nodes", default="32", help="dgx_h100 node counts for the synthesized XML rows "
                     "('' for none; 128 takes about 10 minutes)")
+    ap.add_argument("--alltoall-nodes", default="", help="dgx_h100 node counts for synthesized AllToAll XML rows "
+                    "(64 takes about 2 minutes)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default="bench/results/scale.json")
     ap.add_argument("--md", default="bench/results/scale.md")
@@ -142,8 +162,11 @@ def main() -> None:
         for nodes in (int(x) for x in args.dgx_nodes.split(",") if x):
             rows.append(dgx_case(nodes, cwd, args.timeout))
             print(json.dumps(rows[-1]), flush=True)
+        for nodes in (int(x) for x in args.alltoall_nodes.split(",") if x):
+            rows.append(dgx_case(nodes, cwd, args.timeout, "alltoall"))
+            print(json.dumps(rows[-1]), flush=True)
     Path(args.out).write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
-    Path(args.md).write_text(markdown(rows, machine))
+    write_section(Path(args.md), args.label or time.strftime("%Y-%m-%d"), markdown(rows, machine))
     print(markdown(rows, machine))
 
 

@@ -30,6 +30,7 @@ connections (AllToAll on 512 H100 GPUs: about 80 rather than 256).
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict
 from itertools import chain, repeat
 from collections.abc import Sequence
@@ -274,12 +275,13 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
 
 def plan_compact(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
                  c: int, slice_steps: int, max_steps: int, cache: PlanCache) -> TbPlan | None:
-    """Threadblocks for every rank with `c` channels per instance, packed: each
-    connection in slices of at most `slice_steps` messages (`_assign_slices`), every
-    send slice of a rank and channel sharing a threadblock with a receive slice; None
-    when a connection needs more than `c` slices or a rank and channel would hold more
-    than MAX_TBS_PER_CHANNEL threadblocks."""
-    base = _assign_slices(cache, c, slice_steps)
+    """Threadblocks for every rank with `c` channels per instance, packed: heavy
+    connections in slices (`_assign_slices`), and on each rank and channel the send and
+    receive slices paired by size (`_pair_by_size`) to fill at most `max_steps` (the
+    runtime's limit, or less where fusing and nop steps made a threadblock longer than
+    its halves); None when a connection needs more than `c` slices or a rank and channel
+    would hold more than MAX_TBS_PER_CHANNEL threadblocks."""
+    base = _assign_slices(cache, c, slice_steps, max_steps)
     if base is None:
         return None
     chans = base[cache.transfer_of_moving]
@@ -293,15 +295,17 @@ def plan_compact(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], r
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")
 
 
-def _assign_slices(cache: PlanCache, c: int, slice_steps: int) -> np.ndarray | None:
+def _assign_slices(cache: PlanCache, c: int, slice_steps: int, max_steps: int) -> np.ndarray | None:
     """Channel of every transfer (of instance 0) for `plan_compact`, or None.
 
-    A connection of m messages is cut into ceil(m / slice_steps) slices of consecutive
-    messages (time order) of near-equal size, each on a channel of its own. Slices are
-    placed busiest connection first, each on the channel where it adds the fewest
-    threadblocks to its two ranks (a rank and channel has one threadblock per send or
-    receive slice, whichever are more, once they are paired), then where those ranks
-    have the fewest slices, then the lowest channel."""
+    Connections are light (at most slice_steps / 4 messages), middling (at most
+    slice_steps) or heavy. A heavy connection of m messages is cut into
+    ceil(m / (max_steps - light)) slices of consecutive messages (time order) of
+    near-equal size, each to share a threadblock with a light connection; the others
+    stay whole. The slices of a connection take channels of their own. Slices are placed
+    busiest connection first, each on the channel where it adds the fewest threadblocks
+    to its two ranks (`_threadblocks` counts a rank and channel's), then where those
+    ranks have the fewest slices, then the lowest channel."""
     conn = cache.conn
     count = len(conn)
     if count == 0:
@@ -312,7 +316,10 @@ def _assign_slices(cache: PlanCache, c: int, slice_steps: int) -> np.ndarray | N
     place[cache.transfer_of_moving[sends0]] = cache.place_array[moving[sends0]]
     order = np.lexsort((place, conn))
     messages = np.bincount(conn, minlength=len(cache.conn_number))
-    slices = -(-messages // max(1, slice_steps))
+    light = max(1, slice_steps // 4)
+    heavy_size = max(1, max_steps - light)
+    kind = np.where(messages <= light, LIGHT, np.where(messages <= slice_steps, MIDDLING, HEAVY))
+    slices = np.where(kind == HEAVY, -(-messages // heavy_size), 1)
     if int(slices.max(initial=0)) > c:
         return None
     start = np.r_[0, np.cumsum(messages)[:-1]]
@@ -323,27 +330,50 @@ def _assign_slices(cache: PlanCache, c: int, slice_steps: int) -> np.ndarray | N
     ends = np.zeros((len(cache.conn_number), 2), dtype=np.int64)
     for (a, b), k in cache.conn_number.items():
         ends[k] = (a, b)
-    sends = np.zeros((cache.ranks, c), dtype=np.int64)  # send slices per rank and channel
-    recvs = np.zeros((cache.ranks, c), dtype=np.int64)
+    # Slices per rank, channel, kind and direction (0 send, 1 receive).
+    table = np.zeros((cache.ranks, c, 3, 2), dtype=np.int64)
     channel_of = np.full((len(messages), int(slices.max(initial=1))), -1, dtype=np.int64)
     limit = MAX_TBS_PER_CHANNEL
     channels = np.arange(c)
-    for k in sorted(range(len(messages)), key=lambda k: (-int(slices[k]), k)):
+    for k in sorted(range(len(messages)), key=lambda k: (-int(messages[k]), k)):
         a, b = ends[k].tolist()
+        what = int(kind[k])
         free = np.ones(c, dtype=bool)
         for i in range(int(slices[k])):
-            sa, ra, sb, rb = sends[a], recvs[a], sends[b], recvs[b]
-            ok = free & (sa < limit) & (rb < limit)
+            ta, tb = table[a], table[b]
+            before = _threadblocks(ta) + _threadblocks(tb)
+            ta[:, what, 0] += 1
+            tb[:, what, 1] += 1
+            after_a, after_b = _threadblocks(ta), _threadblocks(tb)
+            ta[:, what, 0] -= 1
+            tb[:, what, 1] -= 1
+            ok = free & (after_a <= limit) & (after_b <= limit)
             if not ok.any():
                 return None
-            added = (sa >= ra).astype(np.int64) + (rb >= sb)
-            key = np.lexsort((channels, sa + rb, added + np.where(ok, 0, 1 << 30)))
+            added = after_a + after_b - before
+            load = ta[:, :, 0].sum(axis=1) + tb[:, :, 1].sum(axis=1)
+            key = np.lexsort((channels, load, added + np.where(ok, 0, 1 << 30)))
             ch = int(key[0])
             channel_of[k, i] = ch
             free[ch] = False
-            sends[a, ch] += 1
-            recvs[b, ch] += 1
+            ta[ch, what, 0] += 1
+            tb[ch, what, 1] += 1
     return channel_of[conn, slice_of]
+
+
+LIGHT, MIDDLING, HEAVY = 0, 1, 2
+
+
+def _threadblocks(counts: np.ndarray) -> np.ndarray:
+    """Threadblocks a rank needs per channel, from its slices (channel x kind x
+    direction, see `_assign_slices`): each heavy slice takes one, shared with a light
+    slice of the other direction where there is one; the other slices pair up."""
+    hs, hr = counts[:, HEAVY, 0], counts[:, HEAVY, 1]
+    ls, lr = counts[:, LIGHT, 0], counts[:, LIGHT, 1]
+    ms, mr = counts[:, MIDDLING, 0], counts[:, MIDDLING, 1]
+    with_send = np.minimum(hs, lr)
+    with_recv = np.minimum(hr, ls)
+    return hs + hr + np.maximum(ms + ls - with_recv, mr + lr - with_send)
 
 
 def _assign_channels(cache: PlanCache, c: int) -> np.ndarray | None:
@@ -479,9 +509,8 @@ def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> 
 
 def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], chans: list[int], ranks: int, c: int,
            max_steps: int, cache: PlanCache, compact: bool = False) -> list[list[_Tb]] | None:
-    """`chans`: the channel of each of `cache.moving`. `compact`: every send connection
-    shares a threadblock with a receive connection where the rank and channel has both
-    (see `_pair`)."""
+    """`chans`: the channel of each of `cache.moving`. `compact`: send and receive
+    connections are paired by their sizes (`_pair_by_size`), not by fusion."""
     sends, recvs = _connection_halves(cache, chans)
     weight = _fusion_weights(cache, chans)
 
@@ -493,7 +522,11 @@ def _build(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], chans: 
 
     per_rank: list[list[_Tb]] = [[] for _ in range(ranks)]
     for (rank, ch), (send_peers, recv_peers) in sorted(groups.items()):
-        pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], cache.matchings, compact)
+        if compact:
+            pairs = _pair_by_size({q: len(sends[(rank, q, ch)]) for q in send_peers},
+                                  {p: len(recvs[(rank, p, ch)]) for p in recv_peers}, max_steps)
+        else:
+            pairs = _pair(send_peers, recv_peers, weight[(rank, ch)], cache.matchings)
         if pairs is None:
             return None
         for q, p in pairs:
@@ -557,25 +590,48 @@ def _fusion_weights(cache: PlanCache, chans: list[int]) -> dict[tuple[int, int],
 
 
 def _pair(send_peers: set[int], recv_peers: set[int], weight: Counter,
-          matchings: dict[tuple, list[tuple[int, int]]] | None = None,
-          compact: bool = False) -> list[tuple[int, int]] | None:
+          matchings: dict[tuple, list[tuple[int, int]]] | None = None) -> list[tuple[int, int]] | None:
     """(send peer, recv peer) of each threadblock of one rank and channel (-1: none)."""
     pairs = _matching(weight, {} if matchings is None else matchings)
     lone_sends = sorted(send_peers - {q for q, _ in pairs})
     lone_recvs = sorted(recv_peers - {p for _, p in pairs})
-    if compact:
-        # A peer's send and receive connections first (their steps alternate in time
-        # much as one exchange), then the rest in peer order.
-        both = set(lone_sends) & set(lone_recvs)
-        pairs += [(q, q) for q in sorted(both)]
-        lone_sends = [q for q in lone_sends if q not in both]
-        lone_recvs = [p for p in lone_recvs if p not in both]
-        while lone_sends and lone_recvs:
-            pairs.append((lone_sends.pop(0), lone_recvs.pop(0)))
     # Unrelated connections share a threadblock only when the channel would otherwise
     # hold too many (a shared one runs their steps one after the other).
     while len(pairs) + len(lone_sends) + len(lone_recvs) > MAX_TBS_PER_CHANNEL and lone_sends and lone_recvs:
         pairs.append((lone_sends.pop(0), lone_recvs.pop(0)))
+    pairs += [(q, -1) for q in lone_sends] + [(-1, p) for p in lone_recvs]
+    if len(pairs) > MAX_TBS_PER_CHANNEL:
+        return None
+    return sorted(pairs)
+
+
+def _pair_by_size(send_sizes: dict[int, int], recv_sizes: dict[int, int], max_steps: int
+                  ) -> list[tuple[int, int]] | None:
+    """(send peer, recv peer) of each threadblock of one rank and channel (-1: none),
+    packed: the largest send connections first, each with the largest receive
+    connection that still fits `max_steps` beside it (a peer's own where it fits as
+    well), then the receives left over with each other send left over."""
+    recvs = sorted(recv_sizes, key=lambda p: (recv_sizes[p], p))
+    sizes = [recv_sizes[p] for p in recvs]
+    taken = [False] * len(recvs)
+    pairs: list[tuple[int, int]] = []
+    lone_sends: list[int] = []
+    for q in sorted(send_sizes, key=lambda q: (-send_sizes[q], q)):
+        room = max_steps - send_sizes[q]
+        at = bisect.bisect_right(sizes, room) - 1
+        while at >= 0 and taken[at]:
+            at -= 1
+        if at < 0:
+            lone_sends.append(q)
+            continue
+        own = recvs.index(q) if q in recv_sizes else -1
+        if own >= 0 and not taken[own] and sizes[own] <= room and sizes[own] == sizes[at]:
+            at = own
+        taken[at] = True
+        pairs.append((q, recvs[at]))
+    lone_recvs = [p for p, t in zip(recvs, taken) if not t]
+    while lone_sends and lone_recvs and len(pairs) + len(lone_sends) + len(lone_recvs) > MAX_TBS_PER_CHANNEL:
+        pairs.append((lone_sends.pop(), lone_recvs.pop(0)))
     pairs += [(q, -1) for q in lone_sends] + [(-1, p) for p in lone_recvs]
     if len(pairs) > MAX_TBS_PER_CHANNEL:
         return None

@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from collc.backends.msccl_xml.limits import MAX_XML_NODES
 from collc.backends.msccl_xml.model import StepType
 from collc.backends.msccl_xml.program import (
     HALF_KINDS, HalfKind, LStep, LThreadblock, Program, Stage, collections_paused, make_step, remember_last,
@@ -60,6 +61,8 @@ def order_steps(program: Program) -> Program:
     layout = _Layout(program)
     needs = _cross_needs(program, layout)
     waits = _waits(program, layout, needs)
+    if _most_xml_nodes(program, layout, waits) > MAX_XML_NODES:
+        _chain_waits(layout, waits)
     number = _numbers(layout, waits)
     targets = {target for ws in waits.values() for target in ws}
     reducing = layout.tbs_with_reductions(program)
@@ -222,6 +225,46 @@ def _waits(program: Program, layout: _Layout, needs: _Needs) -> dict[int, list[i
             touched[tb_of_step[w]] = True
     layout.touched = touched
     return waits
+
+
+def _most_xml_nodes(program: Program, layout: _Layout, waits: dict[int, list[int]]) -> int:
+    """XML nodes of the GPU with the most: `<algo>`, every `<gpu>`, its `<tb>`s, steps
+    and nop steps."""
+    per_gpu = np.bincount(layout.gpu_of_tb[layout.tb_of_step], minlength=len(program.gpus))
+    per_gpu += np.asarray(layout.tbs_per_gpu, dtype=np.int64)
+    for s, ws in waits.items():
+        per_gpu[layout.gpu_of_tb[layout.tb_of_step[s]]] += len(ws) - 1
+    return 1 + len(program.gpus) + int(per_gpu.max(initial=0))
+
+
+def _chain_waits(layout: _Layout, waits: dict[int, list[int]]) -> None:
+    """Where a GPU would pass the executor's XML nodes: a step that waits for several
+    threadblocks (one nop step per extra wait) waits for the latest of those steps only,
+    and each of them, where it waits for nothing itself, waits for the one before it in
+    place order: the same steps are known done before the step runs, without nops.
+
+    A joined transfer of relayed blocks (`msccl-coalesce`) waits for the receives of
+    each of them, one per peer of the node: 6 nop steps for 7 blocks. Chained, the
+    receives complete in place order, which is about the order their messages arrive.
+    Every added wait points to an earlier place, so the module's argument against
+    deadlock holds."""
+    place, tb_of_step = layout.place, layout.tb_of_step
+    for s in sorted(waits):
+        ws = waits[s]
+        if len(ws) < 2:
+            continue
+        ordered = sorted(ws, key=lambda w: int(place[w]))
+        keep = [ordered[-1]]
+        cur = ordered[-1]
+        for w in reversed(ordered[:-1]):
+            if cur not in waits:
+                waits[cur] = [w]
+                layout.touched[int(tb_of_step[cur])] = True
+                cur = w
+            else:
+                keep.append(w)
+        keep.sort(key=lambda w: (int(layout.local_tb[tb_of_step[w]]), int(layout.index[w])))
+        waits[s] = keep
 
 
 def _chunked(*columns: np.ndarray, size: int = 1 << 16) -> Iterator[tuple[int, ...]]:

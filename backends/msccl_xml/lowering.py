@@ -1,6 +1,8 @@
 """The MSCCL XML lowering passes, registered by importing this module, and the pipeline
 that runs them.
 
+    msccl-coalesce              a connection's nearby consecutive transfers as one op (only
+                                where a GPU would pass the executor's 4,096 XML nodes)
     msccl-merge                 one op per run of consecutive chunks (cnt <= 71)
     msccl-threadblocks{...}     sends/receives, threadblocks, channels, in place, instances
     msccl-fuse                  rcs / rrs / rrcs
@@ -12,7 +14,9 @@ that runs them.
 from __future__ import annotations
 
 from collc.backends import BackendOptions
-from collc.backends.msccl_xml import assemble, dependencies, fuse, limits, merge, threadblocks  # noqa: F401
+from collc.backends.msccl_xml import (  # noqa: F401
+    assemble, coalesce, dependencies, fuse, limits, merge, threadblocks,
+)
 from collc.backends.msccl_xml.model import Protocol
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
@@ -28,7 +32,7 @@ def lowering_pipeline(options: BackendOptions) -> str:
     lo, hi = options.size_range if options.size_range is not None else (0, 0)
     channels = int(options.extra.get("channels", 0))
     steps = options.max_steps_per_tb
-    return (f"msccl-merge,"
+    return (f"msccl-coalesce,msccl-merge,"
             f"msccl-threadblocks{{instances={options.instances} inplace={'true' if options.inplace else 'false'} "
             f"channels={channels} max_steps={steps}}},"
             f"msccl-fuse,msccl-deps,"

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from collc.backends.msccl_xml import slots
 from collc.backends.msccl_xml.channels import (
     MAX_CHANNELS, MAX_TBS_PER_CHANNEL, PlanCache, TbPlan, channel_counts, check_counts, plan_compact,
     plan_threadblocks,
@@ -23,7 +26,9 @@ from collc.backends.msccl_xml.program import (
     LGpu, Program, Stage, base_chunks_per_loop, coll_token, collections_paused,
 )
 from collc.diagnostics import CollcError
-from collc.backends.msccl_xml.limits import LimitError, PeerLimitError, threadblock_excess
+from collc.backends.msccl_xml.limits import (
+    LimitError, PeerLimitError, resident_threadblocks, threadblock_excess,
+)
 from collc.ir.schedule import Schedule, rank_peers
 from collc.ir.topology import Topology
 from collc.passes.base import CompileUnit, Pass, register_pass
@@ -43,9 +48,18 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     if max_steps < 1:
         raise CollcError(f"msccl-threadblocks: max_steps={max_steps}; a threadblock needs room for at least one step")
     check_counts(instances, channels)
-    if sms:
-        _check_peers(schedule, instances, sms)
+    peers = _check_peers(schedule, instances, sms) if sms else 0
     split = split_schedule(schedule, inplace=inplace, instances=instances)
+    if sms and not channels and _spread_estimate(split.arrays, peers, max_steps) * instances > resident_threadblocks(sms):
+        # Spreading would only find out that it passes what the GPU keeps resident after
+        # trying every channel count: minutes at 1,024 GPUs.
+        program, why = _compact(schedule, split, PlanCache(split.halves, split.candidates, split.places,
+                                                           split.arrays), instances, inplace, max_steps, sms)
+        if program is not None:
+            return program
+        raise LimitError(f"msccl-threadblocks: a GPU has {peers} peers, too many to spread over channels within "
+                         f"{resident_threadblocks(sms)} resident threadblocks; {why}. Use a schedule with fewer "
+                         "peers per GPU or fewer chunks per rank, or fewer instances")
     tries = channel_counts(split.arrays, instances, channels, max_steps)
     best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
@@ -107,6 +121,22 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
                      "runs 256), or use fewer chunks per rank or fewer instances")
 
 
+def _spread_estimate(arrays, peers: int, max_steps: int) -> int:
+    """About the threadblocks a spread placement gives the busiest GPU: it needs at least
+    c = max(peers / 32, busiest connection / max_steps) channels, and spreading by load
+    puts a connection of m messages on min(m, c) of them, each a threadblock end."""
+    sends = (arrays.kind == slots.SEND) & (arrays.instance == 0)
+    if not sends.any():
+        return 0
+    width = 1 + int(max(arrays.peer.max(initial=0), arrays.rank.max(initial=0)))
+    keys, messages = np.unique(arrays.rank[sends] * width + arrays.peer[sends], return_counts=True)
+    c = max(-(-peers // MAX_TBS_PER_CHANNEL), -(-int(messages.max()) // max(1, max_steps)), 1)
+    ends = np.minimum(messages, c)
+    out_ends = np.bincount(keys // width, weights=ends, minlength=width)
+    in_ends = np.bincount(keys % width, weights=ends, minlength=width)
+    return int(max(out_ends.max(), in_ends.max()))
+
+
 def _program(schedule: Schedule, split, plan: TbPlan, place_array, instances: int, inplace: bool) -> Program:
     coll = schedule.collective
     return Program(
@@ -134,39 +164,39 @@ def _crowded(plan: TbPlan, sms: int) -> str | None:
 def _compact(schedule: Schedule, split, cache: PlanCache, instances: int, inplace: bool, max_steps: int,
              sms: int) -> tuple[Program | None, str]:
     """A packed placement (`channels.plan_compact`) within `max_steps` and the resident
-    threadblocks, or None and why not. Slices start at half a threadblock (a send slice
-    and a receive slice share one); where fusing and nop steps still make a threadblock
-    too long, slices shrink by a third, and channels grow only as the slices need."""
+    threadblocks, or None and why not. Send and receive slices are paired to fill a
+    threadblock's steps; where fusing and nop steps still make one too long, the room
+    they are paired in shrinks by a third, and channels grow only as the slices need."""
     coll = schedule.collective
-    slice_steps = max(1, max_steps // 2)
+    room = max_steps
     why = "no packed placement keeps within the channels"
     while True:
         for c in range(1, MAX_CHANNELS // instances + 1):
-            plan = plan_compact(split.halves, split.preds, coll.ranks, instances, c, slice_steps, max_steps, cache)
+            plan = plan_compact(split.halves, split.preds, coll.ranks, instances, c, max(1, room // 2), room, cache)
             if plan is None:
                 continue
             most, rank = _most_threadblocks(plan)
             if sms and threadblock_excess(most, sms) is not None:
-                return None, (f"packed in slices of {slice_steps} messages on {c} channel(s), GPU {rank} still "
-                              f"needs {most}")
+                return None, f"packed on {c} channel(s), GPU {rank} still needs {most}"
             program = _program(schedule, split, plan, cache.place_array, instances, inplace)
             steps, where = _longest(order_steps(fuse(program)))
             if steps <= max_steps:
                 return program, ""
-            why = f"packed in slices of {slice_steps} messages, {where} gets {steps} steps (max_steps={max_steps})"
+            why = f"packed on {c} channel(s), {where} gets {steps} steps (max_steps={max_steps})"
             break
         else:
             return None, why
-        if slice_steps == 1:
+        if room <= 2:
             return None, why
-        slice_steps = max(1, slice_steps * 2 // 3)
+        room = max(2, room * 2 // 3)
 
 
-def _check_peers(schedule: Schedule, instances: int, sms: int) -> None:
+def _check_peers(schedule: Schedule, instances: int, sms: int) -> int:
     """Fail at once where a GPU has more peers than it can have threadblocks: a
     threadblock sends to one peer and receives from one, so a GPU needs at least as many
     as it has distinct send (or receive) peers, per instance. Placing such a schedule
-    would only find out after trying every channel count (minutes at 1,024 GPUs)."""
+    would only find out after trying every channel count (minutes at 1,024 GPUs).
+    Returns the most send or receive peers of any GPU."""
     sends, recvs = rank_peers(schedule)
     most, rank, what = max(max(((len(p), -r, "sends to") for r, p in sends.items()), default=(0, 0, "")),
                            max(((len(p), -r, "receives from") for r, p in recvs.items()), default=(0, 0, "")))
@@ -176,6 +206,7 @@ def _check_peers(schedule: Schedule, instances: int, sms: int) -> None:
                          f"of its own{f' per instance ({instances})' if instances > 1 else ''}: it needs at least "
                          f"{excess}. Use a schedule with fewer peers per GPU (synthesize{{max_peers=...}}) or "
                          "fewer instances")
+    return most
 
 
 def _longest(program: Program) -> tuple[int, str]:

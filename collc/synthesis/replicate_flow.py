@@ -28,12 +28,54 @@ import numpy as np
 from collc.synthesis.plan import SolveStats
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
-from collc.synthesis.replicate import orbit_rows, peer_mask
+from collc.synthesis.replicate import orbit_rows
 from collc.synthesis.solver import INF, Deadline, SolverOptions, new_highs
 from collc.synthesis.symmetry import Symmetry
 
 # Bellman-Ford relaxations at most: a path of more routes than this is never priced.
 MAX_PATH_ROUTES = 8
+
+
+def flow_peer_budget(options: SolverOptions) -> int:
+    """The most peers per GPU a unicast flow may have: max_peers, or where it is applied
+    only past a runtime's peer_limit, three quarters of that limit.
+
+    A tree restricted to few peers loses only pipeline fill, but a unicast pair that is
+    not allowed directly crosses the slow links twice: on dgx_h100(nodes=32) 32 peers
+    cost AllToAll 1.68x its rate. So a flow keeps every direct pair the runtime can take,
+    with a quarter of its threadblocks left for connections that need several (a node's
+    relays carry about one block per other node)."""
+    if options.max_peers and options.peer_limit:
+        return max(options.max_peers, options.peer_limit * 3 // 4)
+    return options.max_peers
+
+
+def flow_peer_mask(sym: Symmetry, max_peers: int, route_src: np.ndarray, route_dst: np.ndarray
+                   ) -> np.ndarray | None:
+    """Which routes replicated unicast paths may use so that a GPU has at most
+    `max_peers` peers; None for all of them.
+
+    A GPU's peers are the offsets (coords[v] - coords[u] modulo each shift's order) of
+    the routes out of it. Along the longest shift (the nodes of a large cluster) only
+    offsets 0..K are allowed, K as large as the budget permits: pairs further apart go
+    through a node in between, which costs their share of the slow links twice, so the
+    fewer such pairs the better (on 128 nodes of 8 GPUs, 97 peers leave 37 of the 127
+    other nodes one hop further)."""
+    if max_peers <= 0 or sym.coords is None or sym.orders is None or not len(route_src):
+        return None
+    orders = sym.orders
+    offsets = (sym.coords[route_dst] - sym.coords[route_src]) % orders
+    distinct = np.unique(offsets, axis=0)
+    if len(distinct) <= max_peers:
+        return None
+    k = int(np.argmax(orders))
+    along = np.sort(distinct[:, k])
+    # Peers with offset at most K along k, for each K: the largest K within budget (at
+    # least 1, so that every node stays reachable).
+    within = np.searchsorted(along, np.arange(int(orders[k])), side="right")
+    fits = np.flatnonzero(within <= max_peers)
+    limit = max(1, int(fits[-1]) if len(fits) else 1)
+    return offsets[:, k] <= limit
 
 
 def pair_orbits(classes: dict[tuple, float], sym: Symmetry, ranks: int
@@ -157,7 +199,7 @@ def replicated_path_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
         h.addCol(0.0, 0.0, INF, len(rows), rows, vals)
         columns.append((g, path))
 
-    allowed = peer_mask(sym, options.max_peers, route_src, route_dst)
+    allowed = flow_peer_mask(sym, flow_peer_budget(options), route_src, route_dst)
 
     def priced_paths(route_cost: np.ndarray) -> dict[tuple, tuple[int, ...]] | None:
         if allowed is not None:

@@ -125,9 +125,9 @@ def test_backend_is_registered_and_its_pipeline_parses():
     text = BACKEND.lowering(BackendOptions(inplace=True, proto="LL", instances=2, size_range=(1024, 4096),
                                            max_steps_per_tb=256))
     passes = parse_pipeline(text)
-    assert [p.name for p in passes] == ["msccl-merge", "msccl-threadblocks", "msccl-fuse", "msccl-deps",
-                                        "msccl-assemble", "msccl-limits"]
-    tbs, assemble, limits = passes[1], passes[4], passes[5]
+    assert [p.name for p in passes] == ["msccl-coalesce", "msccl-merge", "msccl-threadblocks", "msccl-fuse",
+                                        "msccl-deps", "msccl-assemble", "msccl-limits"]
+    tbs, assemble, limits = passes[2], passes[5], passes[6]
     assert (tbs.instances, tbs.inplace, tbs.channels, tbs.max_steps) == (2, True, 0, 256)
     assert (assemble.proto, assemble.min_bytes, assemble.max_bytes) == (Protocol.LL, 1024, 4096)
     assert limits.max_steps == 256

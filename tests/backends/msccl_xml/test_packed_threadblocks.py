@@ -23,6 +23,7 @@ from collc.backends.msccl_xml.threadblocks import assign_threadblocks
 from collc.backends.msccl_xml.verify import verify_algo
 from collc.driver import CompileJob, produce_schedule
 from collc.passes.base import CompileUnit
+import msccl_xml_schedules as ms
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +75,11 @@ def test_too_few_sms_even_packed_names_both_placements(alltoall32):
         assign_threadblocks(alltoall32.schedule, sms=12)
     text = exc.value.message
     assert "with 1 channel(s) per instance GPU 0 needs 18 threadblocks" in text
-    assert "packed in slices of 32 messages on 1 channel(s), GPU 0 still needs 11" in text
+    assert "packed on 1 channel(s), GPU 0 still needs 11" in text
 
 
 @pytest.mark.parametrize("slice_steps", [4, 12, 32])
-def test_slices_keep_their_size_and_take_a_channel_each(alltoall32, slice_steps):
+def test_slices_keep_their_size_and_pairs_fit_a_threadblock(alltoall32, slice_steps):
     split = split_schedule(alltoall32.schedule)
     cache = PlanCache(split.halves, split.candidates, split.places, split.arrays)
     plan = None
@@ -88,16 +89,54 @@ def test_slices_keep_their_size_and_take_a_channel_each(alltoall32, slice_steps)
         if plan is not None:
             break
     assert plan is not None
+    light = slice_steps // 4
+    heavy = 64 - light  # a heavy connection's slices, each beside a light one
     busiest = max(Counter((h.rank, h.peer) for h in split.halves if h.kind is HalfKind.SEND).values())
-    assert plan.channels_per_instance >= -(-busiest // slice_steps)
-    sends_per_slice: Counter = Counter()
+    assert plan.channels_per_instance >= -(-busiest // heavy)
     for rank, tbs in enumerate(plan.tbs):
         assert max(Counter(tb.chan for tb in tbs).values()) <= MAX_TBS_PER_CHANNEL
         seen = set()
         for tb in tbs:
+            kinds = Counter(split.halves[h].kind is HalfKind.SEND for s in tb.steps for h in s.halves
+                            if split.halves[h].peer >= 0)
+            sends, recvs = kinds[True], kinds[False]
             if tb.send >= 0:
                 assert (tb.send, tb.chan) not in seen, "one threadblock per connection and channel"
                 seen.add((tb.send, tb.chan))
-                sends = sum(1 for s in tb.steps for h in s.halves if split.halves[h].kind is HalfKind.SEND)
-                sends_per_slice[(rank, tb.send, tb.chan)] = sends
-    assert 0 < max(sends_per_slice.values()) <= slice_steps
+                assert sends <= max(slice_steps, heavy)
+            if tb.send >= 0 and tb.recv >= 0:
+                assert sends + recvs <= 64, "a pair fits one threadblock"
+
+
+def test_where_spreading_is_predicted_to_fail_packing_comes_first_with_the_same_result(alltoall32,
+                                                                                        monkeypatch):
+    # One channel holds the 10 peers: at least 10 threadblock ends per GPU (the
+    # estimate), within 13 resident, so spreading is tried, gives 18, and packing
+    # follows. Predicted to fail, packing is tried first: the same placement.
+    from collc.backends.msccl_xml import threadblocks
+
+    assert threadblocks._spread_estimate(split_schedule(alltoall32.schedule).arrays, 10, 64) == 10
+    after_spread = assign_threadblocks(alltoall32.schedule, sms=15)
+    monkeypatch.setattr(threadblocks, "_spread_estimate", lambda *a: 1000)
+    first = assign_threadblocks(alltoall32.schedule, sms=15)
+    assert [g.tbs for g in first.gpus] == [g.tbs for g in after_spread.gpus]
+    with pytest.raises(LimitError) as exc:
+        assign_threadblocks(alltoall32.schedule, sms=12)
+    assert ("a GPU has 10 peers, too many to spread over channels within 10 resident threadblocks; packed on 1 "
+            "channel(s), GPU 0 still needs 11") in exc.value.message
+
+
+def test_light_connections_over_many_peers_are_still_spread():
+    # 39 peers, one message each: spread needs 2 channels but only about 39 threadblock
+    # ends per GPU, within 68 resident; it is tried, and fits.
+    schedule = ms.direct_alltoall(40)
+    spread = assign_threadblocks(schedule)
+    assert assign_threadblocks(schedule, sms=70).gpus == spread.gpus
+    # With 42 SMs (40 resident) spreading gives 47 and packing follows: one
+    # threadblock per peer and the copy.
+    assert max(len(g.tbs) for g in spread.gpus) == 47
+    packed = assign_threadblocks(schedule, sms=42)
+    assert max(len(g.tbs) for g in packed.gpus) == 40
+    algo = lowered_algo(with_sms(ms.unit(schedule), 42), BackendOptions())
+    check_structure(algo)
+    assert verify_algo(algo, sms=42).ok

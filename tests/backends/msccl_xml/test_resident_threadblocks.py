@@ -51,7 +51,7 @@ def test_too_few_sms_even_packed_is_a_limit_error_naming_the_gpu():
         assign_threadblocks(ms.direct_alltoall(8), sms=9)
     assert ("with 1 channel(s) per instance GPU 0 needs 15 threadblocks, but a GPU of 9 SMs keeps at most 7 "
             "resident at once") in exc.value.message
-    assert "packed in slices of 32 messages on 1 channel(s), GPU 0 still needs 8." in exc.value.message
+    assert "packed on 1 channel(s), GPU 0 still needs 8." in exc.value.message
 
 
 def test_packed_alltoall_lowers_to_a_file_that_verifies_within_the_sms():
@@ -88,5 +88,5 @@ def test_more_channels_stop_at_the_sm_bound():
     assert f"with 2 channel(s) per instance GPU 0 needs {most_two} threadblocks" in exc.value.message
     # Packed, each ring connection is cut into slices on channels of their own: more
     # threadblocks here, not fewer, so the error stands and says so.
-    assert "packed in slices of 32 messages on 4 channel(s), GPU 0 still needs 5" in exc.value.message
+    assert "packed on 2 channel(s), GPU 0 still needs 5" in exc.value.message
     assert assign_threadblocks(schedule, sms=most_two + 2).nchannels == two.nchannels
