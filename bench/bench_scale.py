@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--dgx-nodes", default="32", help="dgx_h100 node counts for the synthesized XML rows "
                     "('' for none; 128 takes about 10 minutes)")
     ap.add_argument("--alltoall-nodes", default="", help="dgx_h100 node counts for synthesized AllToAll XML rows "
-                    "(64 takes about 2 minutes)")
+                    "(64 takes about 1.5 minutes, 128 about 9)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default="bench/results/scale.json")
     ap.add_argument("--md", default="bench/results/scale.md")
