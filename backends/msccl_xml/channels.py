@@ -20,12 +20,13 @@ peer. The plan:
    threadblock without peers.
 
 Where that spread gives a GPU more threadblocks than can be resident at once (every
-connection of a GPU with hundreds of peers, on every channel), `plan_compact` packs
-instead: each connection is cut, in time order, into the fewest slices of at most
-`slice_steps` messages, the slices of one connection on distinct channels, and on each
-rank and channel every send slice shares a threadblock with a receive slice. A GPU then
-has about as many threadblocks as it has peers, plus one per extra slice of its busiest
-connections (AllToAll on 512 H100 GPUs: about 80 rather than 256).
+connection of a GPU with dozens of peers, on every channel), `plan_compact` packs
+instead: a heavy connection is cut, in time order, into slices that each fill a
+threadblock beside a light connection of the other direction, the slices of one
+connection on distinct channels, and on each rank and channel send and receive
+connections are paired by size. A GPU then has about as many threadblocks as it has
+peers, plus one per extra slice of its heaviest connections (AllToAll on 512 H100
+GPUs: 79 rather than 256).
 """
 
 from __future__ import annotations

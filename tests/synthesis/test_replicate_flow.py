@@ -151,8 +151,8 @@ def test_a_peer_budget_keeps_the_nearest_nodes_direct_and_relays_the_rest():
     assert ratio == pytest.approx(72 / 56, rel=2e-3)
 
 
-def test_past_a_runtime_limit_a_flow_keeps_three_quarters_of_it():
-    # max_peers=4 where a GPU would have 14 > 12 peers: a flow takes 9 (three quarters
+def test_past_a_runtime_limit_a_flow_keeps_four_fifths_of_it():
+    # max_peers=4 where a GPU would have 14 > 12 peers: a flow takes 9 (four fifths
     # of 12), not 4: node offsets 1 and 2 directly, the others over 2 to 4 rail hops.
     most, ratio = _alltoall_peers(8, 4, 12)
     assert most == 9
