@@ -131,8 +131,10 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
                 continue
             # A halved budget that gave no fewer ops (synthesis is at its fewest chunks
             # already: AllToAll at one chunk per pair) would give the same schedule on
-            # every further try, each a whole synthesis: fail now.
-            if ops <= job.collective.ranks or ops >= halved_from:
+            # every further try, each a whole synthesis: fail now. At one chunk the
+            # budget has nothing left to halve, so that is known without trying (a
+            # 1,024-GPU AllReduce spent 7 minutes finding it out).
+            if ops <= job.collective.ranks or ops >= halved_from or (solver or {}).get("chunks") == 1:
                 raise
             halved_from = ops
             budget = max(1, min(budget, ops) // 2)
