@@ -68,14 +68,8 @@ def test_replicated_rates_match_the_full_lp_and_the_schedule_verifies():
     # NVSwitch ingress, saturated, decides T: the hardest case for pipelining).
     fine = problem_for(problem.network, coll, 256 * MIB, 32)
     cand = realize(pipelined_plan(fine, rates), DEFAULT_MODEL)
-    verify(_schedule(cand, topo), topo)
+    verify(topos.realized_schedule(cand, topo), topo)
     assert cand.estimate_s <= bound * 1.12
-
-
-def _schedule(cand, topo):
-    from collc.ir.schedule import Schedule
-
-    return Schedule("replicated", cand.plan.problem.collective, topo.name, cand.ops.ops, cand.ops.scratch, {})
 
 
 def test_cut_search_over_orbits_finds_the_exhaustive_bound(monkeypatch):

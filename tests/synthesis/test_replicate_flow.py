@@ -27,12 +27,6 @@ from collc.verify import verify
 MIB = 1 << 20
 
 
-def _schedule(cand, topo):
-    from collc.ir.schedule import Schedule
-
-    return Schedule("replicated", cand.plan.problem.collective, topo.name, cand.ops.ops, cand.ops.scratch, {})
-
-
 def test_replicated_rates_matches_the_whole_flow_lp_and_the_bound():
     topo = topos.dgx_h100(2)
     coll = standard("alltoall", topo.num_ranks)
@@ -60,7 +54,7 @@ def test_the_replicated_schedule_verifies_near_the_bound_at_one_chunk_per_pair()
     problem = problem_for(Network(topo), coll, 1 << 30, 1)
     rates = _replicated_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
     cand = realize(pipelined_plan(problem, rates), DEFAULT_MODEL)
-    verify(_schedule(cand, topo), topo)
+    verify(topos.realized_schedule(cand, topo), topo)
     bound = bounds.lower_bounds(topo, coll, 1 << 30).best_s
     assert cand.estimate_s <= bound * 1.01
 

@@ -77,3 +77,10 @@ def disconnected(n: int = 4) -> Topology:
     for i in range(half, n - 1):
         links += _both(f"g{i}", f"g{i + 1}", 10 * GBPS, 1 * US)
     return Topology(f"islands{n}", tuple(nodes), tuple(links))
+
+
+def realized_schedule(cand, topo: Topology):
+    """A realized synthesis candidate as a Schedule on `topo`, for the verifier."""
+    from collc.ir.schedule import Schedule
+
+    return Schedule("replicated", cand.plan.problem.collective, topo.name, cand.ops.ops, cand.ops.scratch, {})
