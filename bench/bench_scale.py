@@ -3,7 +3,10 @@ verified and written as MSCCL XML by the `collc` command, as a user runs it; and
 `collc check` of a 2,000-GPU cluster with a compile request; and a synthesized AllGather
 1 GiB on dgx_h100(nodes=N) written as MSCCL XML (the lowering of schedules where a GPU
 talks to dozens of peers), and the same for a synthesized AllToAll (`--alltoall-nodes`:
-a GPU with 70 peers at 64 nodes).
+a GPU with 70 peers at 64 nodes), AllReduce (`--allreduce-nodes`: composed over the
+nodes where the flat composition passes the op budget) and ReduceScatter
+(`--reducescatter-nodes`). Synthesized rows record the schedule's time over its lower
+bound from the compile's report.
 
 Each case runs `collc` in a fresh process; wall time and the process's peak resident
 memory (getrusage of the child) are recorded, then `collc verify` of the written file.
@@ -12,6 +15,7 @@ of 2,000 GPUs in seconds (it took about 110 s); dgx_h100(nodes=128) (1,024 GPUs)
 within 600 s and 8 GiB.
 
     python3 bench/bench_scale.py [--ranks 64,128,256,1024] [--dgx-nodes 32,128] [--alltoall-nodes 32,64]
+        [--allreduce-nodes 32,128] [--reducescatter-nodes 128]
         [--timeout 900] [--out bench/results/scale.json] [--md bench/results/scale.md] [--label TEXT]
 
 The JSON file is replaced; the table goes into the Markdown file as a new section at
@@ -86,11 +90,17 @@ def dgx_case(nodes: int, cwd: Path, timeout: float, collective: str = "allgather
     """A synthesized `collective` 1 GiB on dgx_h100(nodes) to MSCCL XML, then `collc
     verify` (with the H100's 132 SMs: every GPU's threadblocks resident at once)."""
     out = cwd / f"dgx_h100_{nodes}_{collective}.xml"
+    report = cwd / f"dgx_h100_{nodes}_{collective}.report.json"
     compile_run = run(["compile", "--topology", f"dgx_h100(nodes={nodes})", "--collective", collective,
-                       "--size", "1GiB", "--backend", "msccl-xml", "-o", str(out), "-q"], cwd, timeout)
+                       "--size", "1GiB", "--backend", "msccl-xml", "-o", str(out), "--report", str(report), "-q"],
+                      cwd, timeout)
     row = {"case": f"synthesized {collective}, dgx_h100(nodes={nodes}) ({8 * nodes} GPUs)", "ranks": 8 * nodes,
            "compile": compile_run}
     if compile_run["status"] == 0:
+        facts = json.loads(report.read_text())
+        row["time_over_bound"] = round(facts["ratio_to_lower_bound"], 4)
+        if "over_nodes" in facts.get("solver", {}):
+            row["over_nodes"] = facts["solver"]["over_nodes"]
         row["verify"] = run(["verify", "--sms", "132", str(out)], cwd, timeout)
         row["xml_mib"] = round(out.stat().st_size / 2 ** 20, 1)
     if nodes in DGX_GOALS and collective == "allgather":
@@ -110,8 +120,9 @@ def check_case(cwd: Path, timeout: float) -> dict:
 
 def markdown(rows: list[dict], machine: str) -> str:
     lines = [f"Measured on {machine}; `collc` run as a user runs it (a fresh process each).", "",
-             "| case | collc wall s (goal) | collc CPU s | peak MiB | collc verify wall / CPU s | XML MiB | goal |",
-             "|---|---|---|---|---|---|---|"]
+             "| case | collc wall s (goal) | collc CPU s | peak MiB | collc verify wall / CPU s | XML MiB | "
+             "time / bound | goal |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["compile"]
         took = f"{c['seconds']:.1f}" if c["status"] == 0 else ("timed out" if c["status"] is None else "failed")
@@ -119,7 +130,7 @@ def markdown(rows: list[dict], machine: str) -> str:
         ver = f"{r['verify']['seconds']:.1f} / {r['verify']['cpu_seconds']:.1f}" if "verify" in r else "-"
         met = "-" if "met" not in r else ("met" if r["met"] else "not met")
         lines.append(f"| {r['case']} | {took}{goal} | {c['cpu_seconds']:.1f} | {c['peak_mib']} | {ver} | "
-                     f"{r.get('xml_mib', '-')} | {met} |")
+                     f"{r.get('xml_mib', '-')} | {r.get('time_over_bound', '-')} | {met} |")
     return "\n".join(lines) + "\n"
 
 
@@ -143,6 +154,10 @@ def main() -> None:
                     "('' for none; 128 takes about 10 minutes)")
     ap.add_argument("--alltoall-nodes", default="", help="dgx_h100 node counts for synthesized AllToAll XML rows "
                     "(64 takes about 1.5 minutes, 128 about 9)")
+    ap.add_argument("--allreduce-nodes", default="", help="dgx_h100 node counts for synthesized AllReduce XML rows "
+                    "(128 takes about 7 minutes)")
+    ap.add_argument("--reducescatter-nodes", default="", help="dgx_h100 node counts for synthesized ReduceScatter "
+                    "XML rows (128 takes about 5 minutes)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default="bench/results/scale.json")
     ap.add_argument("--md", default="bench/results/scale.md")
@@ -162,9 +177,11 @@ def main() -> None:
         for nodes in (int(x) for x in args.dgx_nodes.split(",") if x):
             rows.append(dgx_case(nodes, cwd, args.timeout))
             print(json.dumps(rows[-1]), flush=True)
-        for nodes in (int(x) for x in args.alltoall_nodes.split(",") if x):
-            rows.append(dgx_case(nodes, cwd, args.timeout, "alltoall"))
-            print(json.dumps(rows[-1]), flush=True)
+        for collective, counts in (("alltoall", args.alltoall_nodes), ("allreduce", args.allreduce_nodes),
+                                   ("reducescatter", args.reducescatter_nodes)):
+            for nodes in (int(x) for x in counts.split(",") if x):
+                rows.append(dgx_case(nodes, cwd, args.timeout, collective))
+                print(json.dumps(rows[-1]), flush=True)
     Path(args.out).write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
     write_section(Path(args.md), args.label or time.strftime("%Y-%m-%d"), markdown(rows, machine))
     print(markdown(rows, machine))

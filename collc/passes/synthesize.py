@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, PipelineError, register_pass
 from collc.synthesis.core import Method, SynthesisOptions, synthesize
+from collc.synthesis.nodes import OverNodes
 
 
 @register_pass
@@ -27,6 +28,7 @@ class Synthesize(Pass):
     tolerance: float = 0.01  # stop improving once within this fraction of the lower bound
     max_peers: int = 0  # most distinct peers per GPU where trees are replicated over identical nodes; 0: no limit
     peer_limit: int = 0  # apply max_peers only where a GPU would otherwise have more peers than this; 0: always
+    nodes: str = "auto"  # AllReduce over identical nodes: auto (where the flat composition exceeds max_ops), on, off
 
     def __post_init__(self) -> None:
         known = [m.value for m in Method]
@@ -36,6 +38,9 @@ class Synthesize(Pass):
                 or self.max_peers < 0 or self.peer_limit < 0:
             raise PipelineError("pass 'synthesize': chunks, epochs and threads must not be negative, "
                                 "and max_ops must be positive (max_peers, peer_limit: 0 or more)")
+        choices = [c.value for c in OverNodes]
+        if self.nodes not in choices:
+            raise PipelineError(f"pass 'synthesize': nodes must be one of {', '.join(choices)} (got '{self.nodes}')")
         if self.time_limit <= 0:
             raise PipelineError(f"pass 'synthesize': time_limit must be positive (got {self.time_limit})")
         if not 0 <= self.tolerance < 1:
@@ -48,7 +53,7 @@ class Synthesize(Pass):
                                 mip_gap=self.mip_gap, threads=self.threads, seed=self.seed, epochs=self.epochs,
                                 progress=self.progress, max_ops=self.max_ops,
                                 tolerance=self.tolerance, max_peers=self.max_peers,
-                                peer_limit=self.peer_limit)
+                                peer_limit=self.peer_limit, nodes=self.nodes)
 
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.collective is None or unit.topology is None:

@@ -32,6 +32,7 @@ from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, allgather, broadcast, standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import Topology
+from collc.synthesis import nodes
 from collc.synthesis.core import Candidate, Result, SynthesisOptions
 from collc.synthesis.extract import OpList, arrival_trees
 from collc.synthesis.network import Network, reversed_topology
@@ -88,6 +89,10 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     from collc.synthesis.core import to_result
 
     kind = reduction_kind(collective)
+    groups = nodes.wanted(topology, collective, options)
+    if groups is not None:
+        return nodes.compose_over_nodes(topology, collective, size_bytes, groups, options, deadline, progress,
+                                        _part_synthesizer(deadline, progress))
     ranks, c0 = collective.ranks, collective.chunks
     root = collective.root if collective.root is not None else 0
     base = broadcast(ranks, c0, root) if kind is CollectiveKind.REDUCE else allgather(ranks, c0)
@@ -126,6 +131,17 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     sched_plan = replace(plan, problem=replace(plan.problem, collective=fine))
     cand = Candidate(sched_plan, timeline, scratch, timeline.seconds, chunks)
     return to_result(cand, collective, topology, deadline)
+
+
+def _part_synthesizer(deadline: Deadline, progress: Progress):
+    """Synthesis of a sub-problem (a node's or a rail's) for collc.synthesis.nodes."""
+    from collc.synthesis.core import synthesize_copies
+
+    def part(topology: Topology, collective: Collective, size_bytes: int, options: SynthesisOptions) -> Result:
+        if collective.has_reduction:
+            return _compose(topology, collective, size_bytes, options, deadline, progress)
+        return synthesize_copies(Network(topology), collective, size_bytes, options, deadline, progress)
+    return part
 
 
 def _combined_status(plans: list[Plan]) -> Status:

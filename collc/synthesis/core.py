@@ -61,6 +61,9 @@ class SynthesisOptions:
     # only where a GPU would otherwise have more than peer_limit (0: always).
     max_peers: int = 0
     peer_limit: int = 0
+    # AllReduce over identical nodes (collc.synthesis.nodes): "auto" where the flat
+    # composition cannot keep to max_ops, "on", "off".
+    nodes: str = "auto"
 
     @property
     def solver(self) -> SolverOptions:

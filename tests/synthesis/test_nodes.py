@@ -1,0 +1,161 @@
+"""AllReduce over identical nodes (collc.synthesis.nodes): reduce inside each node,
+all-reduce along the rails, gather inside each node, in batches of whole ranges."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from collc.analysis.simulate import simulate
+from collc.backends import BackendOptions, get_backend
+from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.verify import verify_algo
+from collc.diagnostics import CollcError
+from collc.driver import CompileJob, schedule_for_backend
+from collc.ir.collective import standard
+from collc.ir.schedule import Buffer, Loc, Op, OpKind
+from collc.ir.topology import NodeKind
+from collc.passes.base import PipelineError, parse_pipeline
+from collc.synthesis.core import SynthesisOptions, synthesize
+from collc.synthesis.nodes import batch_cuts, flat_minimum_ops, node_groups, places, sub_topology, wanted
+from collc.verify import verify
+from topos import dgx1, dgx_h100, switch, two_chassis
+
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def h2():
+    return dgx_h100(nodes=2)
+
+
+@pytest.fixture(scope="module")
+def over_nodes(h2):
+    coll = standard("allreduce", h2.num_ranks, 1)
+    return synthesize(h2, coll, GIB, SynthesisOptions(progress=False, nodes="on"))
+
+
+def test_nodes_come_from_gpu_names(h2):
+    groups = node_groups(h2)
+    assert groups.prefixes == ("node[0]", "node[1]")
+    assert groups.ranks == (tuple(range(8)), tuple(range(8, 16)))
+    assert groups.rail(3) == [3, 11]
+    # GPUs without a part prefix, or parts of different shapes, are not nodes.
+    assert node_groups(dgx1()) is None
+    assert node_groups(switch(4)) is None
+    assert node_groups(dgx_h100(nodes=1)) is None  # one node: nothing to compose over
+
+
+def test_rail_and_node_sub_topologies_keep_only_what_joins_their_gpus(h2):
+    rail = sub_topology(h2, [3, 11], "rail 3")
+    assert [g.name for g in rail.gpus] == ["node[0].g[3]", "node[1].g[3]"]
+    assert [g.rank for g in rail.gpus] == [0, 1]
+    assert {n.name for n in rail.nodes if n.kind is not NodeKind.GPU} == {"node[0].hca[3]", "node[1].hca[3]",
+                                                                          "rail[3]"}
+    node = sub_topology(h2, range(8, 16), "node 1")
+    assert {n.name for n in node.nodes if n.kind is not NodeKind.GPU} == {"node[1].nvswitch"}
+    assert len(node.links) == 16
+    # Every link of a sub-topology is a link of the cluster, with its figures.
+    full = set(h2.links)
+    assert set(rail.links) <= full and set(node.links) <= full
+
+
+def test_allreduce_over_nodes_is_verified_and_timed_as_the_simulator_times_it(h2, over_nodes):
+    sched = over_nodes.schedule
+    verify(sched, h2)
+    facts = over_nodes.facts["over_nodes"]
+    assert facts["nodes"] == 2 and facts["gpus_per_node"] == 8 and facts["batches"] >= 2
+    assert simulate(sched, h2, GIB).time_s == pytest.approx(over_nodes.estimate_s, rel=1e-9)
+    # Inside a node, transfers move whole batch ranges; across nodes, one slot each,
+    # and only between GPUs of one rail.
+    slots = facts["rail_chunks"] * facts["nodes"]
+    for op in sched.ops:
+        if not op.is_transfer:
+            continue
+        if op.src.rank // 8 == op.dst.rank // 8:
+            assert op.count >= slots // facts["batches"]
+        else:
+            assert op.count == 1 and op.src.rank % 8 == op.dst.rank % 8
+    # Piece l of the buffer crosses the rails only on rail l.
+    for op in sched.ops:
+        if op.is_transfer and op.src.rank // 8 != op.dst.rank // 8 and op.dst.buffer is Buffer.OUTPUT:
+            assert op.dst.index // slots == op.dst.rank % 8
+
+
+def test_over_nodes_costs_a_gpu_far_fewer_transfers_than_the_flat_composition(h2, over_nodes):
+    flat = synthesize(h2, standard("allreduce", h2.num_ranks, 1), GIB, SynthesisOptions(progress=False, nodes="off"))
+
+    def busiest(sched):
+        return max(Counter(op.src.rank for op in sched.ops if op.is_transfer).values())
+
+    # At the same 128 chunks per rank: 3,844 sends from the busiest GPU flat, 592 over
+    # nodes (each batch range inside a node is one send).
+    assert "over_nodes" not in flat.facts and flat.chunks == over_nodes.chunks == 128
+    assert 4 * busiest(over_nodes.schedule) < busiest(flat.schedule)
+
+
+def test_the_same_schedule_every_time(h2, over_nodes):
+    again = synthesize(h2, standard("allreduce", h2.num_ranks, 1), GIB,
+                       SynthesisOptions(progress=False, nodes="on", time_limit=300))
+    assert again.schedule.ops == over_nodes.schedule.ops
+
+
+def test_over_nodes_lowers_to_msccl_xml_that_verifies(h2):
+    job = CompileJob(h2, standard("allreduce", h2.num_ranks, 1), GIB, pipeline="synthesize{nodes=on}")
+    options = BackendOptions()
+    unit, solver = schedule_for_backend(job, get_backend("msccl-xml"), options)
+    assert "over_nodes" in solver
+    algo = lowered_algo(unit, options)
+    report = verify_algo(algo, sms=132)
+    assert report.ok, report.errors[:3]
+    # A batch range is one XML step of several chunks.
+    assert any(step.cnt > 1 for gpu in algo.gpus for tb in gpu.tbs for step in tb.steps)
+
+
+def test_auto_goes_over_nodes_only_where_the_flat_composition_cannot_keep_to_the_op_budget(h2):
+    coll = standard("allreduce", h2.num_ranks, 1)
+    assert flat_minimum_ops(16) == 480
+    assert wanted(h2, coll, SynthesisOptions()) is None
+    assert wanted(h2, coll, SynthesisOptions(max_ops=480)) is None
+    assert wanted(h2, coll, SynthesisOptions(max_ops=479)) is not None
+    assert wanted(h2, coll, SynthesisOptions(max_ops=479, nodes="off")) is None
+    assert wanted(h2, standard("reducescatter", 16, 1), SynthesisOptions(max_ops=479)) is None
+    # On a cluster without nodes, auto keeps the flat composition; asking for nodes fails clearly.
+    topo = two_chassis(2)
+    assert wanted(topo, standard("allreduce", 4, 1), SynthesisOptions(max_ops=1)) is None
+    with pytest.raises(CollcError, match=r"over nodes on .*do not form two or more nodes"):
+        synthesize(topo, standard("allreduce", 4, 1), GIB, SynthesisOptions(progress=False, nodes="on"))
+
+
+def test_the_pass_option_is_checked():
+    (p,) = parse_pipeline("synthesize{nodes=on}")
+    assert p.options_for_synthesis().nodes == "on"
+    with pytest.raises(PipelineError, match="nodes must be one of auto, on, off"):
+        parse_pipeline("synthesize{nodes=sometimes}")
+
+
+def test_places_follow_the_order_a_rail_first_needs_its_slots():
+    def op(i, kind, src, dst):
+        return Op(i, kind, src, dst)
+
+    ops = (
+        op(0, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0)),  # local: not a need
+        op(1, OpKind.REDUCE, Loc(1, Buffer.INPUT, 2), Loc(0, Buffer.OUTPUT, 2)),
+        op(2, OpKind.REDUCE, Loc(0, Buffer.INPUT, 1), Loc(1, Buffer.OUTPUT, 1)),
+        op(3, OpKind.REDUCE, Loc(1, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0)),
+        op(4, OpKind.COPY, Loc(0, Buffer.OUTPUT, 3), Loc(1, Buffer.OUTPUT, 3)),  # a copy out: not a need
+    )
+    assert places(ops, 4) == [2, 1, 0, 3]
+
+
+@pytest.mark.parametrize("slots, rail, node, budget, widths", [
+    (16, 256, 16, 100, [1] * 16),  # one place per batch at most
+    (128, 256, 16, 100, [8] * 16),  # as many batches as keep node ops within rail ops
+    (10, 100, 10, 3, [4, 3, 3]),  # the op budget caps them; widths differ by one at most
+    (5, 1, 50, 100, [5]),  # at least one batch
+])
+def test_batch_cuts(slots, rail, node, budget, widths):
+    cuts = batch_cuts(slots, rail, node, budget)
+    assert cuts[0] == 0 and cuts[-1] == slots
+    assert [b - a for a, b in zip(cuts, cuts[1:])] == widths
