@@ -497,7 +497,11 @@ def _print_report(rep: dict[str, Any]) -> None:
     status = solver.get("status", "-")
     if solver.get("optimal") is False:
         status += " (not proven optimal)"
-    row("method", f"{solver.get('method', '-')}: {status}, {solver.get('seconds', 0):.2f} s")
+    method = solver.get("method", "-")
+    nodes = solver.get("over_nodes")
+    if isinstance(nodes, dict):
+        method += f" over {nodes.get('nodes')} nodes"
+    row("method", f"{method}: {status}, {solver.get('seconds', 0):.2f} s")
     sched = rep.get("schedule", {})
     row("schedule", f"{sched.get('ops')} ops, {sched.get('steps')} steps, "
         f"{sched.get('chunks_per_rank')} chunk(s)/rank, verified")

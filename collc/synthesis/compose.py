@@ -36,7 +36,7 @@ from collc.synthesis import nodes
 from collc.synthesis.core import Candidate, Result, SynthesisOptions
 from collc.synthesis.extract import OpList, arrival_trees
 from collc.synthesis.network import Network, reversed_topology
-from collc.synthesis.plan import Plan, Status
+from collc.synthesis.plan import Plan, combined_status
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
 from collc.synthesis.timing import sequence
@@ -125,7 +125,7 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
         scratch = tuple(a + b for a, b in zip(scratch, extra)) if extra else scratch
     timeline = sequence(ops, forward, fine.slot_bytes(size_bytes), options.timing)
     scratch = scratch if any(scratch) else ()
-    status = _combined_status(plans)
+    status = combined_status([p.status for p in plans])
     plan = Plan(up.plan.problem, up.plan.transfers, up.plan.method, status, up.plan.epochs, up.plan.stats,
                 {**up.plan.facts, "composed_from": base.kind.value})
     sched_plan = replace(plan, problem=replace(plan.problem, collective=fine))
@@ -142,14 +142,6 @@ def _part_synthesizer(deadline: Deadline, progress: Progress):
             return _compose(topology, collective, size_bytes, options, deadline, progress)
         return synthesize_copies(Network(topology), collective, size_bytes, options, deadline, progress)
     return part
-
-
-def _combined_status(plans: list[Plan]) -> Status:
-    if any(p.status is Status.TIME_LIMIT for p in plans):
-        return Status.TIME_LIMIT
-    if all(p.status is Status.OPTIMAL for p in plans):
-        return Status.OPTIMAL
-    return Status.FEASIBLE
 
 
 def _start_order(ops: tuple[Op, ...]) -> dict[tuple[int, int, int], int] | None:

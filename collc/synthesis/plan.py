@@ -21,6 +21,16 @@ class Status(str, Enum):
     FEASIBLE = "feasible"  # a heuristic answer, with no optimality claim
 
 
+def combined_status(statuses: list[Status]) -> Status:
+    """The status of an answer built from several: stopped at the limit if one was,
+    optimal only if all were."""
+    if any(s is Status.TIME_LIMIT for s in statuses):
+        return Status.TIME_LIMIT
+    if all(s is Status.OPTIMAL for s in statuses):
+        return Status.OPTIMAL
+    return Status.FEASIBLE
+
+
 class Transfer(NamedTuple):
     """A named tuple: a pipelined plan at 1,024 GPUs has a million of them."""
 

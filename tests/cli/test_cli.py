@@ -169,3 +169,21 @@ def test_a_profiled_run_keeps_the_normal_exit(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "prof.out").stat().st_size > 0
+
+
+def test_allreduce_over_nodes_to_msccl_xml_and_its_errors(tmp_path):
+    r = collc("compile", "--topology", "dgx_h100(nodes=2)", "--collective", "allreduce", "--size", "1GiB",
+              "--pipeline", "synthesize{nodes=on}", "--backend", "msccl-xml", "-o", "ar.xml", "--no-baselines",
+              cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "steady over 2 nodes" in r.stdout
+    r = collc("verify", "--sms", "132", "ar.xml", cwd=tmp_path)
+    assert r.returncode == 0 and "ok (allreduce, 16 GPUs" in r.stdout, r.stdout + r.stderr
+    # A cluster without nodes: a clear error, no traceback, no file.
+    r = collc("compile", "--topology", "dgx1", "--collective", "allreduce", "--size", "1GiB",
+              "--pipeline", "synthesize{nodes=on}", "-o", "dgx1.json", cwd=tmp_path)
+    assert r.returncode == 1 and "do not form two or more nodes" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "dgx1.json").exists()
+    r = collc("compile", "--topology", "dgx1", "--collective", "allreduce", "--size", "1GiB",
+              "--pipeline", "synthesize{nodes=maybe}", "-o", "dgx1.json", cwd=tmp_path)
+    assert r.returncode == 1 and "nodes must be one of auto, on, off" in r.stderr

@@ -159,3 +159,28 @@ def test_batch_cuts(slots, rail, node, budget, widths):
     cuts = batch_cuts(slots, rail, node, budget)
     assert cuts[0] == 0 and cuts[-1] == slots
     assert [b - a for a, b in zip(cuts, cuts[1:])] == widths
+
+
+def test_a_node_wired_differently_gets_its_own_node_level_schedules(h2, monkeypatch):
+    from dataclasses import replace as dc_replace
+
+    import collc.synthesis.nodes as nodes_module
+
+    # Node 1's NVSwitch at half the bandwidth: its sub-topology is not node 0's renamed.
+    slow = tuple(dc_replace(l, bandwidth=l.bandwidth / 2) if "node[1].nvswitch" in (l.src, l.dst) else l
+                 for l in h2.links)
+    topo = dc_replace(h2, links=slow)
+    made = []
+    real = nodes_module._node_parts
+
+    def spy(*args):
+        parts, results = real(*args)
+        made.append(len(results))
+        return parts, results
+
+    monkeypatch.setattr(nodes_module, "_node_parts", spy)
+    res = synthesize(topo, standard("allreduce", 16, 1), GIB, SynthesisOptions(progress=False, nodes="on"))
+    verify(res.schedule, topo)
+    assert made == [4]  # a ReduceScatter and an AllGather for each kind of node
+    on_same = synthesize(h2, standard("allreduce", 16, 1), GIB, SynthesisOptions(progress=False, nodes="on"))
+    assert res.estimate_s > on_same.estimate_s
