@@ -11,19 +11,19 @@ node instead, and piece l is handled by the GPUs of rail l:
 1. inside each node, piece l of every GPU is reduced into GPU l (a ReduceScatter
    synthesized on one node's sub-topology, each of its chunks standing for a range of
    the piece);
-2. along rail l, the node-level sums of piece l are all-reduced (an AllReduce
-   synthesized on the rail's sub-topology: the flat composition, on N ranks);
+2. along rail l, the node-level sums of piece l are all-reduced by a ring
+   (collc.synthesis.rail_ring);
 3. inside each node, GPU l gives piece l to the others (an AllGather synthesized on
    the node).
 
-Steps 1 and 3 run in batches of the rail's chunks, so that the rails start on the
-first batch while the nodes reduce the next one, and the nodes gather each batch as
-soon as the rails have finished it; the list scheduler (collc.synthesis.timing)
-overlaps the three on the whole cluster's links. Every transfer of steps 1 and 3 moves
-a whole batch range (`count` slots), so a GPU has a few hundred XML nodes, not
-thousands. What crosses the rails (the bottleneck: 50 GB/s against NVLink's 450) is
-exactly what a node-level AllReduce must send, so the schedule's time is the rails'
-AllReduce of 1/g of the data plus the pipeline's fill.
+Steps 1 and 3 run in batches of consecutive slots: the rails start as soon as a node
+has reduced the blocks its GPUs need first, and the nodes gather each batch as soon as
+the rails have finished it. The list scheduler (collc.synthesis.timing) overlaps the
+three on the whole cluster's links. Every transfer of steps 1 and 3 moves a whole
+batch range (`count` slots), so a GPU has a few hundred XML nodes, not thousands.
+What crosses the rails (the bottleneck: 50 GB/s against NVLink's 450) is what a
+node-level AllReduce must send, so the schedule's time is the rails' AllReduce of 1/g
+of the data plus the pipeline's fill.
 
 Nodes are found from GPU names: a name `node[3].g[5]` belongs to node `node[3]` at
 local name `g[5]`; every node must have the same local names in the same order.
@@ -35,7 +35,7 @@ route of the cluster.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable
@@ -46,10 +46,19 @@ from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Node, NodeKind, Topology
 from collc.synthesis.core import Result, SynthesisOptions
 from collc.synthesis.network import Network
-from collc.synthesis.plan import combined_status
+from collc.synthesis.plan import Status, combined_status
+from collc.synthesis.rail_ring import METHOD as RING_METHOD, ring_allreduce
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
 from collc.synthesis.timing import sequence
+
+
+# Slots per piece the rails aim for. Finer slots shorten the pipeline's fill and let a
+# link queue the next slot while one crosses (on 128 nodes, 2 slots per block already
+# hide a hop's 2.6 us behind a 10.5 us slot); each slot costs 2 (N - 1) transfers per
+# rail. On dgx_h100 256 is where the nodes' batches and the rings' blocks both stay a
+# few hundred ops per GPU.
+RAIL_SLOTS = 256
 
 
 class OverNodes(str, Enum):
@@ -180,28 +189,20 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
                        options: SynthesisOptions, deadline: Deadline, progress: Progress,
                        synthesize_part: Callable[[Topology, Collective, int, SynthesisOptions], Result]) -> Result:
     """The AllReduce described in the module docstring. `synthesize_part` synthesizes a
-    sub-problem (topology, collective, bytes, options) with the caller's machinery."""
+    node's ReduceScatter and AllGather (topology, collective, bytes, options) with the
+    caller's machinery."""
     n_nodes, g = groups.count, groups.size
     ranks = collective.ranks
-    # Each rail gets an equal share of half the op budget; its peers leave room for the
-    # node's own GPUs.
-    rail_opts = replace(options, nodes=OverNodes.OFF, max_ops=max(1, options.max_ops // (2 * g)),
-                        max_peers=max(0, options.max_peers - (g - 1)) if options.max_peers else 0,
-                        peer_limit=max(1, options.peer_limit - (g - 1)) if options.peer_limit else 0)
-    rails: list[Result] = []
+    # About RAIL_SLOTS slots per piece, within half the op budget for the rails'
+    # transfers (2 (N - 1) per slot).
+    budget = options.max_ops // (2 * g * 2 * n_nodes * max(1, n_nodes - 1))
+    rail_chunks = options.chunks or max(1, min(budget, -(-RAIL_SLOTS // n_nodes)))
+    rails: list[Schedule] = []
     for l in range(g):
         progress.stage(f"allreduce over nodes: rail {l + 1} of {g} ({n_nodes} GPUs)")
-        sub = sub_topology(topology, groups.rail(l), f"rail {l}")
-        rails.append(synthesize_part(sub, standard(CollectiveKind.ALLREDUCE, n_nodes, 1), max(1, size_bytes // g),
-                                     rail_opts))
-    c_r = rails[0].schedule.collective.chunks
-    if any(r.schedule.collective.chunks != c_r for r in rails):
-        raise CollcError(f"cannot compose '{collective.name}' over nodes: its rails chose different chunk counts")
-    if any(op.count != 1 for r in rails for op in r.schedule.ops):
-        raise CollcError(f"cannot compose '{collective.name}' over nodes: a rail's schedule moves several slots "
-                         "in one op, so its slots cannot be placed one by one")
-    slots = n_nodes * c_r  # a piece's slots; piece l is slots [l * slots, (l + 1) * slots)
-    rail_ops = sum(len(r.schedule.ops) for r in rails)
+        rails.append(ring_allreduce(sub_topology(topology, groups.rail(l), f"rail {l}"), rail_chunks))
+    slots = n_nodes * rail_chunks  # a piece's slots; piece l is slots [l * slots, (l + 1) * slots)
+    rail_ops = sum(op.is_transfer for r in rails for op in r.ops)
 
     progress.stage(f"allreduce over nodes: inside a node ({g} GPUs)")
     intra_opts = replace(options, nodes=OverNodes.OFF, chunks=1, max_peers=0, peer_limit=0)
@@ -211,27 +212,30 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
     per_batch = max(len(p.rs.ops) + len(p.ag.ops) for p in parts)
     cuts = batch_cuts(slots, rail_ops // (n_nodes * g), per_batch // g,
                       (options.max_ops - rail_ops) // max(1, n_nodes * per_batch))
-    fine = replace(standard(CollectiveKind.ALLREDUCE, ranks, c_r), name=collective.name)
+    fine = replace(standard(CollectiveKind.ALLREDUCE, ranks, rail_chunks), name=collective.name)
     builder = _Builder(ranks)
-    rail_places = [places(r.schedule.ops, slots) for r in rails]
+    rail_places = [places(r.ops, slots) for r in rails]
     order = batch_order(groups, rails, rail_places, cuts)
     done = builder.reductions(groups, parts, cuts, slots, order)
     final = builder.rails(groups, rails, cuts, slots, done, rail_places)
     builder.gathers(groups, parts, cuts, slots, final)
     progress.stage(f"allreduce over nodes: list-scheduling {len(builder.ops):,} ops")
     timeline = sequence(builder.ops, Network(topology), fine.slot_bytes(size_bytes), options.timing)
-    results = [*rails, *node_results]
-    status = combined_status([r.status for r in results])
-    facts = {**rails[0].facts, "composed_from": "allgather",
-             "over_nodes": {"nodes": n_nodes, "gpus_per_node": g, "rail_chunks": c_r, "batches": len(cuts) - 1,
-                            "rail_ops": rail_ops, "node_ops": len(builder.ops) - rail_ops}}
+    # The rings are a heuristic: the whole is at best feasible, never proven optimal.
+    status = combined_status([Status.FEASIBLE, *(r.status for r in node_results)])
+    method = f"{node_results[0].method}+{RING_METHOD}"
+    facts = {"composed_from": "allgather",
+             "over_nodes": {"nodes": n_nodes, "gpus_per_node": g, "rail": RING_METHOD, "rail_chunks": rail_chunks,
+                            "batches": len(cuts) - 1, "rail_ops": builder.rail_ops,
+                            "node_ops": len(builder.ops) - builder.rail_ops}}
     scratch = builder.scratch
-    sched = Schedule(name=f"{collective.name}-{rails[0].method}", collective=fine, topology=topology.name,
+    sched = Schedule(name=f"{collective.name}-over-nodes", collective=fine, topology=topology.name,
                      ops=timeline.ops, scratch=scratch if any(scratch) else (),
-                     meta={"synthesized_by": "collc.synthesize", "method": rails[0].method, "status": status.value,
-                           "chunks": c_r, "estimate_s": timeline.seconds, "over_nodes": True})
-    return Result(sched, rails[0].method, status, deadline.elapsed(), timeline.seconds, sched.num_steps,
-                  sum(r.variables for r in results), sum(r.constraints for r in results), c_r, facts)
+                     meta={"synthesized_by": "collc.synthesize", "method": method, "status": status.value,
+                           "chunks": rail_chunks, "estimate_s": timeline.seconds, "over_nodes": True})
+    return Result(sched, method, status, deadline.elapsed(), timeline.seconds, sched.num_steps,
+                  sum(r.variables for r in node_results), sum(r.constraints for r in node_results), rail_chunks,
+                  facts)
 
 
 def batch_cuts(slots: int, rail_ops_per_gpu: int, node_ops_per_gpu_batch: int, budget_batches: int) -> list[int]:
@@ -284,19 +288,29 @@ def _node_parts(topology: Topology, groups: NodeGroups, size_bytes: int, options
     return out, [r for _, _, rs, ag in made for r in (rs, ag)]
 
 
-def places(ops: Sequence[Op], slots: int) -> list[int]:
-    """Where each of a rail schedule's slots goes in its piece: in the order the schedule,
-    list-scheduled with every input present (its ops are in start order), first needs
-    them. The nodes reduce the piece in batches of consecutive places, so the rail's
-    first transfers wait for the first batch only, not for a slot of the last."""
-    first = [len(ops)] * slots
+def needs(ops: Sequence[Op]) -> Iterator[tuple[int, int, int]]:
+    """(position in the list, rank, slot) wherever a rail schedule's transfer needs a
+    rank's own value of a slot: it sends from the slot (its input, or the output it
+    accumulates in) or reduces into it. The first of these for a rank and slot is when
+    the rank needs its node's sum there."""
     for i, op in enumerate(ops):
         if not op.is_transfer:
             continue
-        if op.src.buffer is Buffer.INPUT and first[op.src.index] > i:
-            first[op.src.index] = i
-        if op.kind is OpKind.REDUCE and op.dst.buffer is Buffer.OUTPUT and first[op.dst.index] > i:
-            first[op.dst.index] = i
+        if op.src.buffer is not Buffer.SCRATCH:
+            yield i, op.src.rank, op.src.index
+        if op.kind is OpKind.REDUCE and op.dst.buffer is Buffer.OUTPUT:
+            yield i, op.dst.rank, op.dst.index
+
+
+def places(ops: Sequence[Op], slots: int) -> list[int]:
+    """Where each of a rail schedule's slots goes in its piece: in the order the schedule
+    (its ops listed in the order they should start) first needs them on any rank. The
+    nodes reduce the piece in batches of consecutive places. (For a ring this is the
+    slot order; a rail schedule that needs its slots in another order keeps its
+    batches together this way.)"""
+    first = [len(ops)] * slots
+    for i, _, slot in needs(ops):
+        first[slot] = min(first[slot], i)
     order = sorted(range(slots), key=lambda s: (first[s], s))
     place = [0] * slots
     for p, s in enumerate(order):
@@ -304,29 +318,22 @@ def places(ops: Sequence[Op], slots: int) -> list[int]:
     return place
 
 
-def batch_order(groups: NodeGroups, rails: list[Result], rail_places: list[list[int]], cuts: list[int]
+def batch_order(groups: NodeGroups, rails: list[Schedule], rail_places: list[list[int]], cuts: list[int]
                 ) -> list[list[int]]:
-    """For each node, its batches in the order its GPUs' rails first need them. Places
-    follow the order a rail first needs its slots on any GPU; a GPU's own first
-    transfers, though, are of slots spread over several batches (on 32 nodes, the 32
-    first transfers of a rail are of 32 different slots), and a node that reduced the
-    batches in place order would leave its rail links idle at the start."""
+    """For each node, its batches in the order its GPUs' rails first need them. A GPU's
+    own first transfers can be of slots in different batches (a ring's GPU m starts
+    with block m; the flat composition's GPUs each start on a slot of their own), and a
+    node that reduced its batches in place order would leave its rail links idle."""
     n_batches = len(cuts) - 1
     batch_of = [0] * cuts[-1]
     for b in range(n_batches):
         for p in range(cuts[b], cuts[b + 1]):
             batch_of[p] = b
-    first = [[len(r.schedule.ops) for _ in range(n_batches)] for r in [rails[0]] * groups.count]
+    first = [[len(rails[0].ops)] * n_batches for _ in range(groups.count)]
     for rail, place in zip(rails, rail_places):
-        for i, op in enumerate(rail.schedule.ops):
-            if not op.is_transfer:
-                continue
-            if op.src.buffer is Buffer.INPUT:
-                row, b = first[op.src.rank], batch_of[place[op.src.index]]
-                row[b] = min(row[b], i)
-            if op.kind is OpKind.REDUCE and op.dst.buffer is Buffer.OUTPUT:
-                row, b = first[op.dst.rank], batch_of[place[op.dst.index]]
-                row[b] = min(row[b], i)
+        for i, rank, slot in needs(rail.ops):
+            row, b = first[rank], batch_of[place[slot]]
+            row[b] = min(row[b], i)
     return [sorted(range(n_batches), key=lambda b: (row[b], b)) for row in first]
 
 
@@ -337,6 +344,7 @@ class _Builder:
         self.ops: list[Op] = []
         self._scratch = [0] * ranks
         self._reductions_end = 0  # a step past every node-level reduction's
+        self.rail_ops = 0
 
     @property
     def scratch(self) -> tuple[int, ...]:
@@ -390,10 +398,10 @@ class _Builder:
             done.append(node_done)
         return done
 
-    def rails(self, groups: NodeGroups, rails: list[Result], cuts: list[int], slots: int,
+    def rails(self, groups: NodeGroups, rails: list[Schedule], cuts: list[int], slots: int,
               done: list[list[list[int]]], rail_places: list[list[int]]) -> list[list[list[int]]]:
-        """Step 2. Returns final[l][n][p]: the op after which node n's GPU l holds place p
-        of piece l reduced over the cluster."""
+        """Step 2, each rail's ops with their own priorities. Returns final[l][n][p]: the
+        op after which node n's GPU l holds place p of piece l reduced over the cluster."""
         batch_of = [0] * slots
         for b in range(len(cuts) - 1):
             for p in range(cuts[b], cuts[b + 1]):
@@ -401,9 +409,8 @@ class _Builder:
         final: list[list[list[int]]] = []
         for l, rail in enumerate(rails):
             rank_of = groups.rail(l)
-            ops = rail.schedule.ops
             place = rail_places[l]
-            base = self._scratch_base(rail.schedule.scratch, rank_of, 1)
+            base = self._scratch_base(rail.scratch, rank_of, 1)
             offset = l * slots
 
             def ready(x: Loc) -> int:
@@ -416,32 +423,19 @@ class _Builder:
                 # The rail's input is the node-level sum, already in the GPU's output.
                 return Loc(full, Buffer.OUTPUT, offset + place[x.index])
 
-            # The gathering half goes out in the order the reductions come in (by place),
-            # not in the order the rail's own schedule, which had every slot at once,
-            # gave it: the nodes gather a batch once all its places are done.
-            gather_from = 1 + max((op.step for op in ops if op.kind is OpKind.REDUCE), default=0)
-            gather_span = 1 + max((op.step for op in ops), default=0)
             new: dict[int, int] = {}
-            slot_of: dict[int, int] = {}
             last = [[-1] * slots for _ in rank_of]
-            for op in ops:
+            for op in rail.ops:
+                if op.count != 1:
+                    raise CollcError("a rail's op moves several slots: its slots cannot be placed one by one")
                 if op.src.buffer is Buffer.INPUT and op.dst == Loc(op.src.rank, Buffer.OUTPUT, op.src.index):
                     new[op.id] = ready(op.src)  # the sum is in place already
                     continue
                 deps = {new[d] for d in op.deps}
                 if op.src.buffer is Buffer.INPUT:
                     deps.add(ready(op.src))
-                if op.dst.buffer is Buffer.OUTPUT:
-                    slot = op.dst.index
-                elif op.src.buffer is not Buffer.SCRATCH:
-                    slot = op.src.index
-                else:
-                    slot = slot_of[op.deps[0]]
-                slot_of[op.id] = slot
-                step = op.step
-                if op.kind is OpKind.COPY:
-                    step = gather_from + place[slot] * gather_span + op.step
-                i = self._add(op.kind, loc(op.src), loc(op.dst), 1, deps, step, op.route)
+                i = self._add(op.kind, loc(op.src), loc(op.dst), 1, deps, op.step, op.route)
+                self.rail_ops += 1
                 new[op.id] = i
                 if op.dst.buffer is not Buffer.SCRATCH:
                     last[op.dst.rank][place[op.dst.index]] = i
