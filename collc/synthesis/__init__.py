@@ -7,8 +7,9 @@
 Modules: network (GPU-to-GPU routes), problem (commodities, refinement), timexp (the
 time-expanded TE-CCL model and a greedy schedule on it), milp, lp, rounds, steady
 (rate LP + pipelining), arborescence (Chu-Liu/Edmonds), extract (plans to ops), compose
-(ReduceScatter, Reduce, AllReduce), timing (alpha-beta timing and step assignment),
-auto (method choice), solver (HiGHS), progress (terminal display).
+(ReduceScatter, Reduce, AllReduce), nodes and rail_ring (AllReduce over identical
+nodes), timing (alpha-beta timing and step assignment), auto (method choice), solver
+(HiGHS), progress (terminal display).
 """
 
 from collc.synthesis.core import Method, Result, SynthesisOptions, synthesize

@@ -23,7 +23,7 @@ from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.network import Network
 
-METHOD = "rail ring"
+METHOD = "ring"
 
 
 def ring_allreduce(topology: Topology, chunks: int) -> Schedule:

@@ -176,7 +176,7 @@ def test_allreduce_over_nodes_to_msccl_xml_and_its_errors(tmp_path):
               "--pipeline", "synthesize{nodes=on}", "--backend", "msccl-xml", "-o", "ar.xml", "--no-baselines",
               cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "steady over 2 nodes" in r.stdout
+    assert "steady+ring over 2 nodes" in r.stdout
     r = collc("verify", "--sms", "132", "ar.xml", cwd=tmp_path)
     assert r.returncode == 0 and "ok (allreduce, 16 GPUs" in r.stdout, r.stdout + r.stderr
     # A cluster without nodes: a clear error, no traceback, no file.

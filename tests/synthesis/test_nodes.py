@@ -184,3 +184,39 @@ def test_a_node_wired_differently_gets_its_own_node_level_schedules(h2, monkeypa
     assert made == [4]  # a ReduceScatter and an AllGather for each kind of node
     on_same = synthesize(h2, standard("allreduce", 16, 1), GIB, SynthesisOptions(progress=False, nodes="on"))
     assert res.estimate_s > on_same.estimate_s
+
+
+def test_the_rail_ring_is_a_verified_allreduce_whose_gpus_need_their_blocks_counting_down():
+    from collc.synthesis.nodes import needs
+    from collc.synthesis.rail_ring import ring_allreduce
+
+    topo = dgx_h100(nodes=4)
+    rail = sub_topology(topo, node_groups(topo).rail(2), "rail 2")
+    ring = ring_allreduce(rail, 2)
+    verify(ring, rail)
+    transfers = [op for op in ring.ops if op.is_transfer]
+    assert len(transfers) == 2 * 3 * 4 * 2  # 2 (N - 1) steps, N GPUs, 2 slots per block
+    assert all(op.dst.rank == (op.src.rank + 1) % 4 for op in transfers)
+    # Each GPU needs its node's sums block by block, counting down: its own and the one
+    # before in the first step (it sends one and adds to the other), then one a step.
+    order: dict[int, list[int]] = {}
+    for _, rank, slot in needs(ring.ops):
+        block = slot // 2
+        if block not in order.setdefault(rank, []):
+            order[rank].append(block)
+    for m in range(4):
+        assert set(order[m][:2]) == {m, (m - 1) % 4} and order[m][2:] == [(m - 2) % 4, (m - 3) % 4]
+
+
+def test_each_node_reduces_first_the_batch_its_gpus_need_first():
+    from collc.synthesis.nodes import batch_order
+    from collc.synthesis.rail_ring import ring_allreduce
+
+    topo = dgx_h100(nodes=4)
+    groups = node_groups(topo)
+    rails = [ring_allreduce(sub_topology(topo, groups.rail(l), f"rail {l}"), 2) for l in range(8)]
+    cuts = [0, 2, 4, 6, 8]  # a block per batch
+    order = batch_order(groups, rails, [places(r.ops, 8) for r in rails], cuts)
+    # Node m's GPUs send block m and add to block m - 1 first, then count down.
+    for m in range(4):
+        assert set(order[m][:2]) == {m, (m - 1) % 4} and order[m][2:] == [(m - 2) % 4, (m - 3) % 4]
