@@ -91,8 +91,14 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     kind = reduction_kind(collective)
     groups = nodes.wanted(topology, collective, options)
     if groups is not None:
-        return nodes.compose_over_nodes(topology, collective, size_bytes, groups, options, deadline, progress,
-                                        _part_synthesizer(deadline, progress))
+        try:
+            return nodes.compose_over_nodes(topology, collective, size_bytes, groups, options, deadline, progress,
+                                            _part_synthesizer(deadline, progress))
+        except nodes.NotOverNodes as exc:
+            if options.nodes != nodes.OverNodes.AUTO:
+                raise CollcError(f"cannot compose '{collective.name}' over the nodes of '{topology.name}': "
+                                 f"{exc}") from None
+            # The nodes cannot carry it: the flat composition, over budget or not.
     ranks, c0 = collective.ranks, collective.chunks
     root = collective.root if collective.root is not None else 0
     base = broadcast(ranks, c0, root) if kind is CollectiveKind.REDUCE else allgather(ranks, c0)

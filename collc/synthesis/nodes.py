@@ -47,7 +47,7 @@ from collc.ir.topology import Node, NodeKind, Topology
 from collc.synthesis.core import Result, SynthesisOptions
 from collc.synthesis.network import Network
 from collc.synthesis.plan import Status, combined_status
-from collc.synthesis.rail_ring import METHOD as RING_METHOD, ring_allreduce
+from collc.synthesis.rail_ring import METHOD as RING_METHOD, NoRing, ring_allreduce
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
 from collc.synthesis.timing import sequence
@@ -59,6 +59,11 @@ from collc.synthesis.timing import sequence
 # rail. On dgx_h100 256 is where the nodes' batches and the rings' blocks both stay a
 # few hundred ops per GPU.
 RAIL_SLOTS = 256
+
+
+class NotOverNodes(CollcError):
+    """The cluster's nodes cannot carry this composition: a rail forms no ring, or a
+    node's own ReduceScatter or AllGather cannot be synthesized on its sub-topology."""
 
 
 class OverNodes(str, Enum):
@@ -200,13 +205,19 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
     rails: list[Schedule] = []
     for l in range(g):
         progress.stage(f"allreduce over nodes: rail {l + 1} of {g} ({n_nodes} GPUs)")
-        rails.append(ring_allreduce(sub_topology(topology, groups.rail(l), f"rail {l}"), rail_chunks))
+        try:
+            rails.append(ring_allreduce(sub_topology(topology, groups.rail(l), f"rail {l}"), rail_chunks))
+        except NoRing as exc:
+            raise NotOverNodes(str(exc)) from None
     slots = n_nodes * rail_chunks  # a piece's slots; piece l is slots [l * slots, (l + 1) * slots)
     rail_ops = sum(op.is_transfer for r in rails for op in r.ops)
 
     progress.stage(f"allreduce over nodes: inside a node ({g} GPUs)")
     intra_opts = replace(options, nodes=OverNodes.OFF, chunks=1, max_peers=0, peer_limit=0)
-    parts, node_results = _node_parts(topology, groups, size_bytes, intra_opts, synthesize_part)
+    try:
+        parts, node_results = _node_parts(topology, groups, size_bytes, intra_opts, synthesize_part)
+    except CollcError as exc:
+        raise NotOverNodes(f"inside a node: {exc}") from None
     if any(r.schedule.collective.chunks != 1 for r in node_results):
         raise CollcError(f"cannot compose '{collective.name}' over nodes: a node's schedule split its chunks")
     per_batch = max(len(p.rs.ops) + len(p.ag.ops) for p in parts)

@@ -18,12 +18,17 @@ nodes' reductions.
 
 from __future__ import annotations
 
+from collc.diagnostics import CollcError
 from collc.ir.collective import CollectiveKind, standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.network import Network
 
 METHOD = "ring"
+
+
+class NoRing(CollcError):
+    """A rail whose GPUs cannot pass data around a ring without another GPU's help."""
 
 
 def ring_allreduce(topology: Topology, chunks: int) -> Schedule:
@@ -33,6 +38,12 @@ def ring_allreduce(topology: Topology, chunks: int) -> Schedule:
     n = topology.num_ranks
     network = Network(topology)
     routes = {}
+
+    for a in range(n):
+        b = (a + 1) % n
+        if n > 1 and (a, b) not in network.pair_routes:
+            raise NoRing(f"{topology.gpu(a).name} cannot reach {topology.gpu(b).name} through switches and NICs "
+                         f"alone, so the GPUs of '{topology.name}' form no ring")
 
     def route(a: int, b: int) -> tuple[str, ...]:
         if (a, b) not in routes:

@@ -220,3 +220,18 @@ def test_each_node_reduces_first_the_batch_its_gpus_need_first():
     # Node m's GPUs send block m and add to block m - 1 first, then count down.
     for m in range(4):
         assert set(order[m][:2]) == {m, (m - 1) % 4} and order[m][2:] == [(m - 2) % 4, (m - 3) % 4]
+
+
+def test_rails_that_form_no_ring_fall_back_to_the_flat_composition_or_fail_clearly():
+    from topos import stdlib
+
+    # dgx2: chassis joined GPU 2s + 1 to GPU 2s of the other, so no rail is a ring.
+    topo = stdlib("dgx2(chassis=2)")
+    coll = standard("allreduce", 32, 1)
+    with pytest.raises(CollcError, match=r"over the nodes of 'dgx2\(chassis=2\)': c\[0\]\.g\[0\] cannot reach "
+                                         r"c\[1\]\.g\[0\].*form no ring"):
+        synthesize(topo, coll, GIB, SynthesisOptions(progress=False, nodes="on"))
+    flat = synthesize(topo, coll, GIB, SynthesisOptions(progress=False, max_ops=1000))
+    assert wanted(topo, coll, SynthesisOptions(max_ops=1000)) is not None
+    assert "over_nodes" not in flat.facts
+    verify(flat.schedule, topo)
