@@ -11,10 +11,11 @@ fired), a SHA-256 of the output file (the same input must give the same bytes un
 load), and the machine's load average around the run (the machine may be shared:
 times are inflated by whatever else runs; ratios are not).
 
-    python3 bench/bench_synthesis.py [--cases NAME,...] [--scale] [--out bench/results/synthesis]
+    python3 bench/bench_synthesis.py [--cases NAME,...] [--scale] [--allreduce] [--out bench/results/synthesis]
 
 --scale adds AllGather 1 GiB on dgx_h100(nodes=N) for N = 2 ... 128 (16 to 1,024 GPUs),
-lowered to MSCCL XML (what a user of that cluster compiles). Writes synthesis.json and
+lowered to MSCCL XML (what a user of that cluster compiles); --allreduce adds AllReduce
+1 GiB on the other benchmark topologies. Writes synthesis.json and
 synthesis.md (merging with rows already there, so cases can be run in batches).
 """
 
@@ -59,6 +60,11 @@ CASES = (
     Case("allreduce-1GiB-dgx_h100x8", "dgx_h100(nodes=8)", "allreduce", "1GiB", 1.05, 40),
     Case("alltoall-1GiB-ndv2x2", "ndv2(chassis=2)", "alltoall", "1GiB", 1.02, 2),
 )
+# AllReduce on the other benchmark topologies, with the dgx_h100(nodes=8) case's goals
+# as a yardstick (not goals of their own): is the composition near the bound elsewhere?
+ALLREDUCE = tuple(Case(f"allreduce-1GiB-{name}", topo, "allreduce", "1GiB", 1.05, 40)
+                  for name, topo in (("dgx1", "dgx1"), ("ndv2x2", "ndv2(chassis=2)"), ("dgx2x2", "dgx2(chassis=2)"),
+                                     ("dgx_h100x2", "dgx_h100(nodes=2)")))
 SCALE = tuple(Case(f"scale-allgather-1GiB-dgx_h100x{n}", f"dgx_h100(nodes={n})", "allgather", "1GiB",
                    1.10, 600, "msccl-xml") for n in (2, 4, 8, 16, 32, 64, 128))
 
@@ -169,15 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="", help="comma-separated case names (default: the goal cases)")
     ap.add_argument("--scale", action="store_true", help="also the dgx_h100 series, 2 to 128 nodes")
+    ap.add_argument("--allreduce", action="store_true", help="also AllReduce on dgx1, ndv2, dgx2, dgx_h100(nodes=2)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "synthesis"),
                     help="output path without suffix")
     ap.add_argument("--one", default="", help=argparse.SUPPRESS)  # run one case here, print JSON
     args = ap.parse_args(argv)
-    by_name = {c.name: c for c in CASES + SCALE}
+    by_name = {c.name: c for c in CASES + ALLREDUCE + SCALE}
     if args.one:
         print(json.dumps(run_once(by_name[args.one])))
         return 0
     names = [n for n in args.cases.split(",") if n] or [c.name for c in CASES]
+    if args.allreduce and not args.cases:
+        names += [c.name for c in ALLREDUCE]
     if args.scale and not args.cases:
         names += [c.name for c in SCALE]
     check_names(ap, names, list(by_name))
@@ -190,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         a, b = case["runs"]
         print(f"{name}: x{case['ratio_to_bound']:.4f} of the bound, {a['solver_s']:.1f} / {b['solver_s']:.1f} s, "
               f"{max(a['peak_rss_bytes'], b['peak_rss_bytes']) / MIB:.0f} MiB, {verdict(case)}", flush=True)
-        save_rows(out, machine, done, [c.name for c in CASES + SCALE], markdown)
+        save_rows(out, machine, done, [c.name for c in CASES + ALLREDUCE + SCALE], markdown)
     return 0
 
 

@@ -48,7 +48,9 @@ is derived from the collective's postcondition (collc.analysis.demand), not its 
   (sum over groups of the capacity of links entering the group from outside), and
   the same with links leaving. Traffic that only passes through a group's switches
   adds load and keeps the inequality. One GPU per group (no switches) is the volume
-  bound above. The partitions tried: one GPU per group ("ranks"); the "fast domains"
+  bound above. The partitions tried: one GPU per group ("ranks"); one GPU per group
+  with the switches and NICs that touch no other GPU (a DGX H100 GPU with its NIC:
+  what enters is its NVLink and its rail, not its PCIe link to the NIC); the "fast domains"
   (for each link capacity c but the largest, the connected components of the links
   faster than c, parallel links added up; a component with no GPU is no group, and a
   GPU in none is a group of its own); and the two sides of the cut bound's witness.
@@ -329,6 +331,27 @@ def _partition_of(topology: Topology, name: str, node_sets) -> _Partition | None
     return _Partition(f"{name} ({len(groups)} groups)", tuple(group_of), tuple(groups))
 
 
+def _private_nodes(topology: Topology) -> list[_Partition]:
+    """Each GPU with the switches and NICs that only it touches (a NIC on its own PCIe
+    link): what enters such a group is capped by the links into those nodes as well
+    (a DGX H100 GPU takes 450 GB/s of NVLink and 50 GB/s from its rail, not the 64 GB/s
+    of its PCIe link to the NIC). Empty when no switch or NIC has one GPU alone."""
+    gpu_names = {g.name for g in topology.gpus}
+    touching: dict[str, set[str]] = {}
+    for link in topology.links:
+        for a, b in ((link.src, link.dst), (link.dst, link.src)):
+            if a not in gpu_names and b in gpu_names:
+                touching.setdefault(a, set()).add(b)
+    own: dict[str, set[str]] = {g: {g} for g in gpu_names}
+    for node, gpus in touching.items():
+        if len(gpus) == 1:
+            own[next(iter(gpus))].add(node)
+    if all(len(nodes) == 1 for nodes in own.values()):
+        return []
+    part = _partition_of(topology, "GPUs with the NICs only they reach", own.values())
+    return [part] if part is not None else []
+
+
 def _fast_domains(topology: Topology) -> list[_Partition]:
     """For each link capacity c but the largest: the connected components of the links
     faster than c (capacities of parallel links between two nodes added up)."""
@@ -356,16 +379,12 @@ def _witness_partition(topology: Topology, witness: tuple[str, ...]) -> list[_Pa
     return [part] if part is not None else []
 
 
-def _grouped_volume(topology: Topology, family: tuple[Requirement, ...], slot: float, part: _Partition) -> float:
-    """slot x (messages between groups) / (capacity entering, or leaving, the groups)."""
-    counts: dict[tuple, int] = {}
-    messages = 0
-    for req in family:
-        # Requirements alike up to their chunks' names count alike (AllReduce: all of them).
-        key = (req.holders, req.needers)
-        if key not in counts:
-            counts[key] = _messages_for(req, part.group_of)
-        messages += counts[key]
+def _grouped_volume(topology: Topology, family: tuple[Requirement, ...], slot: float, part: _Partition,
+                    messages: int | None = None) -> float:
+    """slot x (messages between groups) / (capacity entering, or leaving, the groups).
+    `messages`: the count, where already known for the same grouping of GPUs."""
+    if messages is None:
+        messages = _messages_between(family, part.group_of)
     if not messages:
         return 0.0
     where = {n: k for k, nodes in enumerate(part.nodes) for n in nodes}
@@ -379,15 +398,33 @@ def _grouped_volume(topology: Topology, family: tuple[Requirement, ...], slot: f
     return max((slot * messages / cap for cap in (entering, leaving) if cap > 0), default=0.0)
 
 
+def _messages_between(family: tuple[Requirement, ...], group_of: tuple[int, ...]) -> int:
+    counts: dict[tuple, int] = {}
+    messages = 0
+    for req in family:
+        # Requirements alike up to their chunks' names count alike (AllReduce: all of them).
+        key = (req.holders, req.needers)
+        if key not in counts:
+            counts[key] = _messages_for(req, group_of)
+        messages += counts[key]
+    return messages
+
+
 def _volume_bound(topology: Topology, needed: tuple[Requirement, ...], slot: float,
                   witness: tuple[str, ...] = ()) -> tuple[float, str]:
     """The largest grouped volume bound over the partitions of the module docstring,
     and the partition's name."""
     family = disjoint_requirements(needed)
     best, name = 0.0, ""
-    parts = [_rank_partition(topology)] + _fast_domains(topology) + _witness_partition(topology, witness)
+    parts = ([_rank_partition(topology)] + _private_nodes(topology) + _fast_domains(topology)
+             + _witness_partition(topology, witness))
+    # Partitions that group the GPUs alike (one per group, with or without their NICs)
+    # count the same messages: at 1,024 GPUs an AllToAll has a million requirements.
+    counted: dict[tuple[int, ...], int] = {}
     for part in parts:
-        value = _grouped_volume(topology, family, slot, part)
+        if part.group_of not in counted:
+            counted[part.group_of] = _messages_between(family, part.group_of)
+        value = _grouped_volume(topology, family, slot, part, counted[part.group_of])
         if value > best * (1 + 1e-12):
             best, name = value, part.name
     return best, name

@@ -46,13 +46,14 @@ def test_dgx_h100_eight_nodes_allreduce_counts_messages_between_nodes():
     assert lb.dominant == "volume" and lb.best_s == lb.volume_s
 
 
-def test_dgx_h100_two_nodes_allreduce_keeps_the_gossip_count_between_ranks():
+def test_dgx_h100_two_nodes_allreduce_keeps_the_gossip_count_between_gpus_with_their_nics():
     topo = frontend.resolve_topology("dgx_h100(nodes=2)")
     lb = lower_bounds(topo, standard("allreduce", 16), GIB)
-    # Between ranks: 2 x 15 messages per requirement over 16 x (450 + 64) GB/s; the two
-    # nodes as groups give only 2 x 1 x M / (2 x 400 GB/s).
-    assert lb.volume_s == approx(2 * 15 * GIB / (16 * 514e9))
-    assert lb.volume_partition == "ranks"
+    # Between ranks: 2 x 15 messages per requirement. Into a GPU alone come 450 GB/s of
+    # NVLink and 64 GB/s of PCIe from its NIC, but into the GPU with its NIC only 450 +
+    # 50 GB/s (the rail); the two nodes as groups give only 2 x 1 x M / (2 x 400 GB/s).
+    assert lb.volume_s == approx(2 * 15 * GIB / (16 * 500e9))
+    assert lb.volume_partition == "GPUs with the NICs only they reach (16 groups)"
 
 
 def test_dgx_h100_allgather_between_nodes_equals_the_cut():
