@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from collc.diagnostics import CollcError
-from collc.ir.collective import Collective
+from collc.ir.collective import Collective, CollectiveKind
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.extract import OpList, copy_ops
@@ -98,6 +98,9 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: int,
                options: SynthesisOptions = SynthesisOptions(), progress: Progress | None = None) -> Result:
     if size_bytes <= 0:
         raise CollcError(f"cannot synthesize '{collective.name}' for {size_bytes} bytes: the size must be positive")
+    if options.nodes == "on" and collective.kind is not CollectiveKind.ALLREDUCE:
+        raise CollcError(f"cannot compose '{collective.name}' over nodes (nodes=on): only an AllReduce is, "
+                         f"and this is a {collective.kind.value}")
     own_progress = progress is None
     progress = progress if progress is not None else Progress(options.progress)
     # Solvers stop a little early: turning their answer into a verified schedule takes time too.

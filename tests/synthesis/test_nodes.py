@@ -235,3 +235,9 @@ def test_rails_that_form_no_ring_fall_back_to_the_flat_composition_or_fail_clear
     assert wanted(topo, coll, SynthesisOptions(max_ops=1000)) is not None
     assert "over_nodes" not in flat.facts
     verify(flat.schedule, topo)
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter"])
+def test_nodes_on_is_for_allreduce_only(h2, kind):
+    with pytest.raises(CollcError, match=f"cannot compose '{kind}' over nodes \\(nodes=on\\): only an AllReduce is"):
+        synthesize(h2, standard(kind, 16, 1), GIB, SynthesisOptions(progress=False, nodes="on"))
