@@ -14,7 +14,7 @@ from collc.diagnostics import ScheduleError
 from collc.ir.collective import ChunkId, Value, value_str
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import NodeKind, Topology
-from collc.regrouped import mark_verified
+from collc.regrouped import is_verified, mark_verified
 from collc.verify_arrays import MIN_OPS, verify_on_arrays
 
 
@@ -447,7 +447,11 @@ def _last_writer(schedule: Schedule, loc: Loc) -> Op | None:
 
 
 def verify(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
-    """Raise ScheduleError unless the schedule is well formed and meets the postcondition."""
+    """Raise ScheduleError unless the schedule is well formed and meets the postcondition.
+    A schedule object already verified on this topology object (races checked) is not
+    run again: schedules are immutable, and at 1,024 GPUs a run takes a minute."""
+    if is_verified(schedule, topology):
+        return
     if check_races and len(schedule.ops) >= MIN_OPS and verify_on_arrays(schedule, topology):
         mark_verified(schedule, topology)  # the array form decided (it never words an error)
         return
