@@ -501,6 +501,8 @@ def _print_report(rep: dict[str, Any]) -> None:
     nodes = solver.get("over_nodes")
     if isinstance(nodes, dict):
         method += f" over {nodes.get('nodes')} nodes"
+    if solver.get("allreduce") == "direct":
+        method += " (direct AllReduce)"
     row("method", f"{method}: {status}, {solver.get('seconds', 0):.2f} s")
     sched = rep.get("schedule", {})
     row("schedule", f"{sched.get('ops')} ops, {sched.get('steps')} steps, "

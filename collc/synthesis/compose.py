@@ -32,7 +32,7 @@ from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, allgather, broadcast, standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import Topology
-from collc.synthesis import nodes
+from collc.synthesis import direct, nodes
 from collc.synthesis.core import Candidate, Result, SynthesisOptions
 from collc.synthesis.extract import OpList, arrival_trees
 from collc.synthesis.network import Network, reversed_topology
@@ -136,6 +136,9 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
                 {**up.plan.facts, "composed_from": base.kind.value})
     sched_plan = replace(plan, problem=replace(plan.problem, collective=fine))
     cand = Candidate(sched_plan, timeline, scratch, timeline.seconds, chunks)
+    if kind is CollectiveKind.ALLREDUCE:
+        cand = direct.keep_better(cand, topology, forward, backward, collective, size_bytes, options, deadline,
+                                  progress)
     return to_result(cand, collective, topology, deadline)
 
 
@@ -233,24 +236,30 @@ def _reduction_ops(plan: Plan, kind: CollectiveKind, network: Network,
     return ops, tuple(scratch), done
 
 
-def _gather_ops(base: OpList, chunks: int, ready: dict[int, int], first_id: int, after: int
+def _gather_ops(base: OpList, chunks: int, ready: dict[int, int], first_id: int, after: int | dict[int, int]
                 ) -> tuple[list[Op], tuple[int, ...]]:
     """The AllGather half of an AllReduce, from the AllGather's list-scheduled ops: chunk
     j leaves its root's output slot j (where its reduction ended) once that reduction
-    is complete. Its order keys come after `after`, the reductions' last."""
+    is complete. Its order keys come after `after`, the reductions' last; or, where
+    `after` maps each chunk to an offset, each chunk's keys are moved by its own."""
     out: list[Op] = []
     renumber: dict[int, int] = {}
+    index_of: dict[int, int] = {}  # op id in `base` -> the chunk it carries
     for op in base.ops:
         src, deps = op.src, tuple(renumber[d] for d in op.deps)
         if src.buffer is Buffer.INPUT:
             index = src.rank * chunks + src.index
+            index_of[op.id] = index
             if op.dst == Loc(src.rank, Buffer.OUTPUT, index):
                 continue  # the root's own slot already holds the reduced chunk
             src = Loc(src.rank, Buffer.OUTPUT, index)
             deps = deps + (ready[index],)
+        else:
+            index = index_of[op.id] = index_of[op.deps[0]]  # a relay: the op that filled its source
+        shift = after if isinstance(after, int) else after[index]
         # Built field by field: dataclasses.replace costs several times as much, and
         # there is one op per transfer.
-        new = Op(first_id + len(out), op.kind, src, op.dst, op.count, tuple(sorted(set(deps))), op.step + after,
+        new = Op(first_id + len(out), op.kind, src, op.dst, op.count, tuple(sorted(set(deps))), op.step + shift,
                  op.route, op.origin)
         renumber[op.id] = new.id
         out.append(new)

@@ -188,22 +188,44 @@ def _class_bytes(problem: Problem) -> dict[tuple, float]:
 
 def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
                 spread: float) -> RateSolution:
-    net = problem.network
-    classes = _class_bytes(problem)
-    links = list(net.used_links)
+    return joint_tree_rates((problem,), options, deadline, progress, spread)[0]
+
+
+def joint_tree_rates(problems: tuple[Problem, ...], options: SolverOptions, deadline: Deadline,
+                     progress: Progress, spread: float, alone_weight: float = 0.0) -> list[RateSolution]:
+    """One tree-packing LP for the multicast demands of several problems whose networks
+    share their links (a topology and its reversal: link i is the same cable in both),
+    so that every link's load is the sum over all of them. Returns each problem's
+    trees and shares, all with the one T. With a single problem this is the tree LP.
+
+    `alone_weight` > 0 adds, per problem, the time its own load alone would take (its
+    busiest link), at that weight in the objective: among packings as fast together,
+    the LP then prefers those whose parts are each fast alone, which a pipeline whose
+    parts run one after the other in places (a reduction before its gathering) needs."""
+    nets = [p.network for p in problems]
+    side_classes = [_class_bytes(p) for p in problems]
+    keys = [(side, key) for side, classes in enumerate(side_classes) for key in classes]
+    volume = [side_classes[side][key] for side, key in keys]
+    links = sorted(set().union(*(net.used_links for net in nets)))
     row_of_link = {l: i for i, l in enumerate(links)}
-    cap = np.array([net.links[l].capacity for l in links])
-    n_cls = len(classes)
-    keys = list(classes)
-    route_links = [[row_of_link[l] for l in r.links] for r in net.routes]
+    cap = np.array([nets[0].links[l].capacity for l in links])
+    n_cls = len(keys)
+    route_links = [[[row_of_link[l] for l in r.links] for r in net.routes] for net in nets]
     # Tie-break between trees of equal price: fewer, faster hops (a shallower pipeline).
-    slot = problem.slot_bytes
-    route_time = np.array([r.seconds(slot) for r in net.routes])
-    grid = RouteGrid(net)
+    route_time = [np.array([r.seconds(p.slot_bytes) for r in p.network.routes]) for p in problems]
+    grids = [RouteGrid(net) for net in nets]
 
     n_links = len(links)
     h = new_highs(options, max(0.05, deadline.remaining()))
     packing_lp_rows(h, n_cls, n_links, spread, EXCESS_PRICE)
+    alone = alone_weight > 0 and len(problems) > 1
+    if alone:
+        first_alone = h.getNumCol()
+        for side in range(len(problems)):
+            h.addVar(0.0, INF)
+            h.changeColCost(first_alone + side, alone_weight)
+            for _ in range(n_links):
+                h.addRow(-INF, 0.0, 1, np.array([first_alone + side], dtype=np.int32), np.array([-1.0]))
     columns: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []  # (class, routes, depths)
     seen: set[tuple[int, tuple[int, ...]]] = set()
 
@@ -214,24 +236,28 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
         seen.add(key)
         use: dict[int, float] = defaultdict(float)
         for ri in routes:
-            for li in route_links[ri]:
+            for li in route_links[keys[g][0]][ri]:
                 use[li] += 1.0
         rows = [g] + [n_cls + li for li in sorted(use)] + [n_cls + n_links + li for li in sorted(use)]
-        coef = [use[li] * classes[keys[g]] / cap[li] / scale for li in sorted(use)]
+        coef = [use[li] * volume[g] / cap[li] / scale for li in sorted(use)]
         vals = [1.0] + coef + coef
+        if alone:
+            rows += [n_cls + (2 + keys[g][0]) * n_links + li for li in sorted(use)]
+            vals += coef
         h.addCol(0.0, 0.0, INF, len(rows), np.array(rows, dtype=np.int32), np.array(vals))
         columns.append((g, routes, depths))
 
     nodes_of = []
     first_trees = []
     load = np.zeros(n_links)
-    for g, (root, demand) in enumerate(keys):
+    for g, (side, (root, demand)) in enumerate(keys):
         nodes = (root,) + tuple(d for d in demand if d != root)
         nodes_of.append(nodes)
-        routes, depths = grid.tree(nodes, route_time)
+        routes, depths = grids[side].tree(nodes, route_time[side])
         first_trees.append((g, routes, depths))
         for ri in routes:
-            load[route_links[ri]] += classes[keys[g]] / cap[route_links[ri]]
+            rl = route_links[side][ri]
+            load[rl] += volume[g] / cap[rl]
     # Times enter the LP in units of the first trees' time, so that T is about 1: HiGHS's
     # tolerances are absolute, and seconds (1e-3) would make them coarse.
     scale = float(load.max()) or 1.0
@@ -240,25 +266,33 @@ def _tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, pr
 
     def candidates(duals: RoundDuals) -> Iterator[tuple[int, tuple[tuple[int, ...], tuple[int, ...]], float]]:
         price = duals.row_price  # per byte, >= 0
-        route_price = np.array([price[rl].sum() if rl else 0.0 for rl in route_links])
+        per_side = [price + duals.group_price[i] if duals.group_price is not None else price
+                    for i in range(len(problems))]
+        route_price = [np.array([per_side[i][rl].sum() if rl else 0.0 for rl in side])
+                       for i, side in enumerate(route_links)]
         for g, nodes in enumerate(nodes_of):
-            volume = classes[keys[g]] / scale
-            cost = volume * route_price + 1e-9 * duals.t_value * route_time / max(route_time.max(), 1e-30)
-            routes, depths = grid.tree(nodes, cost)
-            tree_price = volume * sum(route_price[r] for r in routes)
+            side = keys[g][0]
+            v = volume[g] / scale
+            times = route_time[side]
+            cost = v * route_price[side] + 1e-9 * duals.t_value * times / max(times.max(), 1e-30)
+            routes, depths = grids[side].tree(nodes, cost)
+            tree_price = v * sum(route_price[side][r] for r in routes)
             yield g, (routes, depths), tree_price - duals.class_dual[g]
 
     status, t_lp, chosen = column_generation(h, deadline, progress, "tree packing LP", n_cls, n_links, cap, candidates,
                                              lambda g, tree: add_tree(g, *tree))
-    shares: dict[tuple, list[tuple[tuple[int, ...], float]]] = defaultdict(list)
-    depth: dict[tuple[int, ...], tuple[int, ...]] = {}
+    if alone:
+        chosen = chosen[len(problems):]  # the parts' own times come before the trees
+    shares: list[dict[tuple, list[tuple[tuple[int, ...], float]]]] = [defaultdict(list) for _ in problems]
+    depth: list[dict[tuple[int, ...], tuple[int, ...]]] = [{} for _ in problems]
     t_value = t_lp * scale
     for (g, routes, depths), v in zip(columns, chosen):
         if v > 1e-9:
-            shares[keys[g]].append((routes, float(v)))
-            depth[routes] = depths
+            side, key = keys[g]
+            shares[side][key].append((routes, float(v)))
+            depth[side][routes] = depths
     stats = SolveStats(h.getNumCol(), h.getNumRow(), deadline.elapsed())
-    return RateSolution(t_value, dict(shares), depth, status, stats, "trees")
+    return [RateSolution(t_value, dict(shares[i]), depth[i], status, stats, "trees") for i in range(len(problems))]
 
 
 class RouteGrid:
@@ -334,6 +368,8 @@ class RoundDuals:
     t_value: float  # the LP's objective: T plus the small price of excess
     class_dual: np.ndarray  # per class: the dual of its shares adding up to 1
     row_price: np.ndarray  # per load row: its price per unit of the column's coefficient / per_row
+    # Per group of extra load rows (joint_tree_rates: one per problem), the same prices.
+    group_price: np.ndarray | None = None
 
 
 def solve_for_duals(h: highspy.Highs, deadline: Deadline, what: str, n_classes: int, n_rows: int,
@@ -346,8 +382,12 @@ def solve_for_duals(h: highspy.Highs, deadline: Deadline, what: str, n_classes: 
         return None
     duals = np.asarray(h.getSolution().row_dual)
     rows = n_classes + n_rows
-    price = -(duals[n_classes:rows] + duals[rows:]) / per_row
-    return RoundDuals(h.getInfo().objective_function_value, duals[:n_classes], price)
+    price = -(duals[n_classes:rows] + duals[rows:rows + n_rows]) / per_row
+    # Rows after packing_lp_rows' own (joint_tree_rates: each problem's load alone)
+    # price their columns apart: per extra row, its dual over `per_row` again.
+    extra = duals[rows + n_rows:]
+    more = -extra.reshape(-1, n_rows) / per_row if len(extra) else None
+    return RoundDuals(h.getInfo().objective_function_value, duals[:n_classes], price, more)
 
 
 def after_pricing(h: highspy.Highs, deadline: Deadline, added: int, rounds: int, t_value: float,
@@ -621,6 +661,30 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
     and every tree drains at the same moment; a transfer to a rank that forwards the data
     goes RELAY_LEAD x T earlier still, so that forwarding links never wait for data. The
     list scheduler then follows the keys."""
+    paced = paced_transfers(problem, rates, options, deadline)
+    transfers = tuple(map(Transfer, paced.commodity.tolist(), paced.route.tolist(), range(len(paced.key))))
+    return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
+                {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
+                 "rate_model": rates.kind, "replicated": rates.replicated,
+                 **({"most_peers_without_limit": rates.peers_without_limit, "max_peers_applied": rates.peers_limited}
+                    if rates.peers_without_limit else {})})
+
+
+@dataclass(frozen=True)
+class PacedTransfers:
+    """A pipelined plan's transfers in order, with the order key (seconds of fluid time)
+    each was sorted by: columns of equal length."""
+
+    key: np.ndarray
+    commodity: np.ndarray
+    route: np.ndarray
+
+
+def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOptions | None = None,
+                    deadline: Deadline | None = None, lead: float | None = None) -> PacedTransfers:
+    """The transfers of `pipelined_plan`, sorted, with their order keys; a transfer to a
+    rank that forwards goes `lead` x T ahead of its pace (None: RELAY_LEAD)."""
+    lead = RELAY_LEAD if lead is None else lead
     net = problem.network
     slot = problem.slot_bytes
     seconds = [r.seconds(slot) for r in net.routes]
@@ -656,24 +720,20 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
         for k, (finish, s_idx) in zip(coms, targets):
             routes = structures[s_idx][0]
             if routes not in arrays:
-                arrays[routes] = _structure_arrays(net, routes, rates.depth[routes], seconds, rates.seconds, ordered)
+                arrays[routes] = _structure_arrays(net, routes, rates.depth[routes], seconds, rates.seconds, ordered,
+                                                   lead)
             route_arr, depth_arr, pos_arr, tail_arr, lead_arr = arrays[routes]
             columns[0].append(finish * rates.seconds - tail_arr - lead_arr)
             columns[1].append(depth_arr)
             columns[2].append(pos_arr)
             columns[3].append(np.full(len(routes), k, dtype=np.int64))
             columns[4].append(route_arr)
-    if columns[0]:
-        key_col, depth_col, pos_col, com_col, route_col = (np.concatenate(c) for c in columns)
-        order = np.lexsort((route_col, com_col, pos_col, depth_col, key_col))
-        transfers = tuple(map(Transfer, com_col[order].tolist(), route_col[order].tolist(), range(len(order))))
-    else:
-        transfers = ()
-    return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
-                {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
-                 "rate_model": rates.kind, "replicated": rates.replicated,
-                 **({"most_peers_without_limit": rates.peers_without_limit, "max_peers_applied": rates.peers_limited}
-                    if rates.peers_without_limit else {})})
+    if not columns[0]:
+        empty = np.zeros(0, dtype=np.int64)
+        return PacedTransfers(np.zeros(0), empty, empty)
+    key_col, depth_col, pos_col, com_col, route_col = (np.concatenate(c) for c in columns)
+    order = np.lexsort((route_col, com_col, pos_col, depth_col, key_col))
+    return PacedTransfers(key_col[order], com_col[order], route_col[order])
 
 
 def _unicast_phase(key: tuple, ranks: int) -> float:
@@ -691,10 +751,10 @@ def _unicast_phase(key: tuple, ranks: int) -> float:
 
 
 def _structure_arrays(net: Network, routes: tuple[int, ...], depths: tuple[int, ...], seconds: list[float],
-                      fluid_s: float, ordered: bool) -> tuple[np.ndarray, ...]:
+                      fluid_s: float, ordered: bool, lead: float) -> tuple[np.ndarray, ...]:
     """A structure's routes, depths, positions (all 0 unless `ordered`), tails and leads
     as arrays: a transfer to a rank that forwards (its tail longer than its own route)
-    goes RELAY_LEAD x T ahead of its pace."""
+    goes `lead` x T ahead of its pace."""
     route_arr = np.asarray(routes, dtype=np.int64)
     own_list = [seconds[r] for r in routes]
     if depths == tuple(range(1, len(routes) + 1)) and _is_chain(net, routes):
@@ -704,7 +764,7 @@ def _structure_arrays(net: Network, routes: tuple[int, ...], depths: tuple[int, 
     else:
         tail_arr = np.asarray(_tails(net, routes, seconds), dtype=float)
     own = np.array(own_list, dtype=float)
-    lead_arr = np.where(tail_arr > own * (1 + 1e-9), RELAY_LEAD * fluid_s, 0.0)
+    lead_arr = np.where(tail_arr > own * (1 + 1e-9), lead * fluid_s, 0.0)
     pos_arr = np.arange(len(routes), dtype=np.int64) if ordered else np.zeros(len(routes), dtype=np.int64)
     return route_arr, np.asarray(depths, dtype=np.int64), pos_arr, tail_arr, lead_arr
 

@@ -1,0 +1,125 @@
+"""The direct AllReduce (collc.synthesis.direct): reduction and gathering trees from one
+rate LP, pipelined together, kept where it beats the composition.
+
+dgx2(chassis=2) is the case it is for: its InfiniBand links enter only even GPUs, so
+the composition (each half alone at the AllGather's bound) takes 1.05 x the AllReduce's
+bound, while one LP for both halves reaches the bound."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from collc.analysis.bounds import lower_bounds
+from collc.analysis.simulate import simulate
+from collc.ir.collective import standard
+from collc.synthesis import direct
+from collc.synthesis.core import Method, SynthesisOptions, problem_for, synthesize, to_result
+from collc.synthesis.network import Network, reversed_topology
+from collc.synthesis.progress import Progress
+from collc.synthesis.solver import Deadline
+from collc.synthesis.steady import paced_transfers
+from collc.verify import verify
+from topos import dgx1, stdlib
+
+GIB = 1 << 30
+OPTIONS = SynthesisOptions(progress=False)
+
+
+@pytest.fixture(scope="module")
+def dgx2():
+    topo = stdlib("dgx2(chassis=2)")
+    coll = standard("allreduce", topo.num_ranks, 1)
+    forward, backward = Network(topo), Network(reversed_topology(topo))
+    rates = direct.joint_rates(forward, backward, coll, GIB, OPTIONS, Deadline(600), Progress(False))
+    bound = lower_bounds(topo, coll, GIB).best_s
+    return topo, coll, forward, backward, rates, bound
+
+
+@pytest.fixture(scope="module")
+def eight_pieces(dgx2):
+    topo, coll, forward, backward, rates, _ = dgx2
+    return direct.direct_candidate(forward, backward, coll, GIB, 8, rates, OPTIONS, Deadline(600), Progress(False))
+
+
+def test_one_lp_for_both_halves_reaches_the_allreduce_bound(dgx2):
+    topo, coll, forward, backward, rates, bound = dgx2
+    assert rates.seconds == pytest.approx(bound, rel=1e-6)
+    # Each half alone is slower than the pair's share of T: the halves lean on different
+    # links. Alone, the AllGather needs 8,321.5 us on this topology; together, 15,850.
+    assert rates.seconds < 2 * 8321.5e-6 * 0.96
+    # Reduction trees live on the reversed network, gathering trees on the real one:
+    # every GPU's chunk has both, shares adding up to 1.
+    for side in (rates.reduce, rates.gather):
+        assert len(side.shares) == topo.num_ranks
+        for trees in side.shares.values():
+            assert sum(share for _, share in trees) == pytest.approx(1.0, abs=1e-6)
+    red_routes = {r for trees in rates.reduce.shares.values() for routes, _ in trees for r in routes}
+    assert all(backward.routes[r].links for r in red_routes)
+
+
+def test_the_direct_schedule_verifies_and_its_estimate_is_the_simulators(dgx2, eight_pieces):
+    topo, coll, *_ = dgx2
+    result = to_result(eight_pieces, coll, topo, Deadline(600))
+    verify(result.schedule, topo)
+    sim = simulate(result.schedule, topo, GIB)
+    assert sim.time_s == pytest.approx(eight_pieces.estimate_s, rel=1e-9)
+    assert result.schedule.collective.chunks == 8
+
+
+def test_pieces_are_matched_so_the_first_reduced_is_the_first_gathered(dgx2):
+    topo, coll, forward, backward, rates, _ = dgx2
+    base = direct._base(coll)
+    up = problem_for(backward, base, GIB, 8)
+    down = problem_for(forward, base, GIB, 8)
+    paced_up = paced_transfers(up, rates.reduce)
+    paced_down = paced_transfers(down, rates.gather)
+    relabel = direct._match_pieces(up, paced_up, paced_down, rates.seconds)
+    # A bijection within every GPU's chunk.
+    assert sorted(relabel) == sorted(relabel.values()) == list(range(len(up.commodities)))
+    assert all(up.commodities[k].holders == up.commodities[j].holders for k, j in relabel.items())
+    ends = direct._first_key(paced_up)
+    starts = direct._first_key(paced_down)
+    for root in range(topo.num_ranks):
+        mine = [k for k, c in enumerate(up.commodities) if c.holders[0] == root]
+        by_end = sorted(mine, key=lambda k: (rates.seconds - ends[k], k))
+        assert [starts[relabel[k]] for k in by_end] == sorted(starts[j] for j in mine)
+
+
+def test_the_same_input_gives_the_same_schedule(dgx2, eight_pieces):
+    topo, coll, forward, backward, rates, _ = dgx2
+    again = direct.direct_candidate(forward, backward, coll, GIB, 8, rates, OPTIONS, Deadline(600), Progress(False))
+    assert again.timeline.ops == eight_pieces.timeline.ops
+    assert again.estimate_s == eight_pieces.estimate_s
+
+
+def test_piece_counts_keep_to_the_op_budget():
+    coll = standard("allreduce", 32, 1)
+    counts = direct.piece_counts(coll, GIB, SynthesisOptions(max_ops=300_000))
+    assert counts == [128, 64]  # 2 x 32 x 31 x 128 = 253,952 ops
+    assert direct.piece_counts(coll, GIB, SynthesisOptions(max_ops=100_000)) == [32, 16]
+    assert direct.piece_counts(coll, GIB, SynthesisOptions(chunks=4)) == [4]
+    # Pieces stay at 32 KiB and up: 1 MiB over 32 GPUs is 32 KiB already.
+    assert direct.piece_counts(coll, 1 << 20, SynthesisOptions(max_ops=300_000)) == [1]
+
+
+def test_synthesis_keeps_the_direct_allreduce_where_it_beats_the_composition(dgx2):
+    topo, coll, *_, bound = dgx2
+    result = synthesize(topo, coll, GIB, OPTIONS)
+    facts = result.facts
+    assert facts["allreduce"] == "direct"
+    assert result.estimate_s < facts["composed_estimate_s"] * 0.98
+    assert result.estimate_s / bound < 1.03  # the composition: 1.0506
+    assert [t["chunks"] for t in facts["direct_tried"]] == [128, 64]
+    assert simulate(result.schedule, topo, GIB).time_s == pytest.approx(result.estimate_s, rel=1e-9)
+
+
+def test_the_direct_allreduce_is_not_tried_where_the_composition_is_within_tolerance():
+    topo = dgx1()
+    coll = standard("allreduce", topo.num_ranks, 1)
+    result = synthesize(topo, coll, 256 << 20, OPTIONS)
+    assert "direct_fluid_s" not in result.facts and "allreduce" not in result.facts
+    # Other methods than auto and steady keep the composition as asked.
+    composed = synthesize(topo, coll, 1 << 20, replace(OPTIONS, method=Method.GREEDY))
+    assert "allreduce" not in composed.facts
