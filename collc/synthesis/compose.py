@@ -115,7 +115,7 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     fine = standard(kind, ranks, chunks, root)
     fine = replace(fine, name=collective.name, root=collective.root)
     up_ops = up.ops
-    ops, scratch, last_write = _reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops))
+    ops, scratch, last_write = reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops))
     plans = [up.plan]
     if kind is CollectiveKind.ALLREDUCE:
         if mirror:
@@ -126,7 +126,7 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
             down = choose(forward, base, size_bytes, inner, deadline, progress)
             down_plan, down_ops = down.plan, down.ops
             plans.append(down_plan)
-        more, extra = _gather_ops(down_ops, chunks, last_write, len(ops), 1 + max(op.step for op in ops))
+        more, extra = gather_ops(down_ops, chunks, last_write, len(ops), 1 + max(op.step for op in ops))
         ops += more
         scratch = tuple(a + b for a, b in zip(scratch, extra)) if extra else scratch
     timeline = sequence(ops, forward, fine.slot_bytes(size_bytes), options.timing)
@@ -177,7 +177,7 @@ def _start_order(ops: tuple[Op, ...]) -> dict[tuple[int, int, int], int] | None:
     return order
 
 
-def _reduction_ops(plan: Plan, kind: CollectiveKind, network: Network,
+def reduction_ops(plan: Plan, kind: CollectiveKind, network: Network,
                    order: dict[tuple[int, int, int], int] | None = None
                    ) -> tuple[list[Op], tuple[int, ...], dict[int, int]]:
     """Reductions that run the copy plan backwards: in the reverse of `order` (see
@@ -236,7 +236,7 @@ def _reduction_ops(plan: Plan, kind: CollectiveKind, network: Network,
     return ops, tuple(scratch), done
 
 
-def _gather_ops(base: OpList, chunks: int, ready: dict[int, int], first_id: int, after: int | dict[int, int]
+def gather_ops(base: OpList, chunks: int, ready: dict[int, int], first_id: int, after: int | dict[int, int]
                 ) -> tuple[list[Op], tuple[int, ...]]:
     """The AllGather half of an AllReduce, from the AllGather's list-scheduled ops: chunk
     j leaves its root's output slot j (where its reduction ended) once that reduction

@@ -103,7 +103,7 @@ def direct_candidate(forward: Network, backward: Network, collective: Collective
                      rates: JointRates, options: SynthesisOptions, deadline: Deadline,
                      progress: Progress) -> Candidate:
     """The pipelined direct AllReduce at `chunks` pieces per GPU's chunk, list-scheduled."""
-    from collc.synthesis.compose import _gather_ops, _reduction_ops
+    from collc.synthesis.compose import gather_ops, reduction_ops
 
     progress.stage(f"allreduce: pipelining {chunks} pieces per chunk, both halves at once")
     deadline.work.candidates += 1
@@ -118,17 +118,16 @@ def direct_candidate(forward: Network, backward: Network, collective: Collective
     relabel = _match_pieces(up, paced_up, paced_down, rates.seconds)
     up_plan = _plan(up, paced_up, relabel, low, unit, rates.reduce)
     down_plan = _plan(down, paced_down, None, low, unit, rates.gather)
-    red_ops, scratch, done = _reduction_ops(up_plan, CollectiveKind.ALLREDUCE, forward)
+    red_ops, scratch, done = reduction_ops(up_plan, CollectiveKind.ALLREDUCE, forward)
     step_of = {op.id: op.step for op in red_ops}
     gathered = copy_ops(down_plan)
-    first: dict[int, int] = {}
+    first: dict[int, int] = {}  # piece -> the step of its first send (ops are in step order)
     for op in gathered.ops:
         if op.src.buffer is Buffer.INPUT:
-            index = op.src.rank * chunks + op.src.index
-            first[index] = min(first.get(index, op.step), op.step)
+            first.setdefault(op.src.rank * chunks + op.src.index, op.step)
     # A piece's gathering keeps its own pace from the moment its reduction ends.
     shift = {index: step_of[done[index]] + 1 - start for index, start in first.items()}
-    more, extra = _gather_ops(gathered, chunks, done, len(red_ops), shift)
+    more, extra = gather_ops(gathered, chunks, done, len(red_ops), shift)
     ops = red_ops + more
     scratch = tuple(a + b for a, b in zip(scratch, extra)) if extra else scratch
     fine = replace(standard(CollectiveKind.ALLREDUCE, collective.ranks, chunks, 0), name=collective.name,

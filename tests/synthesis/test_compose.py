@@ -101,7 +101,7 @@ def test_composition_leaves_the_garbage_collector_as_it_found_it(collector_on):
 def test_reductions_replay_the_copy_schedule_backwards_in_its_start_order():
     from collc.ir.collective import CollectiveKind, allgather
     from collc.synthesis.auto import choose
-    from collc.synthesis.compose import _reduction_ops, _start_order
+    from collc.synthesis.compose import reduction_ops, _start_order
     from collc.synthesis.network import Network
     from collc.synthesis.progress import Progress
     from collc.synthesis.solver import Deadline
@@ -113,7 +113,7 @@ def test_reductions_replay_the_copy_schedule_backwards_in_its_start_order():
     order = _start_order(cand.ops.ops)
     # Every chunk reaches every rank but its owner once, by a transfer in start order.
     assert sorted(order) == sorted((o, i, r) for o in range(4) for i in range(2) for r in range(4) if r != o)
-    ops, _, _ = _reduction_ops(cand.plan, CollectiveKind.ALLREDUCE, net, order)
+    ops, _, _ = reduction_ops(cand.plan, CollectiveKind.ALLREDUCE, net, order)
     reduces = [op for op in ops if op.kind is OpKind.REDUCE]
     # A reduction from child c of chunk (o, i) runs in the reverse of the copy to c.
     # (An AllReduce sums chunk (o, i) in output slot 2 o + i.)
