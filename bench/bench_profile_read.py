@@ -64,7 +64,7 @@ def peak_mib():
 """
 COLLC_CALLS = PEAK + """
 import json, sys, time
-from collc.profile.sources import read_traces
+from collc.traces.sources import read_traces
 t, c = time.perf_counter(), time.process_time()
 ts = read_traces([sys.argv[1]])
 dt, dc = time.perf_counter() - t, time.process_time() - c
@@ -73,7 +73,7 @@ print(json.dumps({"seconds": dt, "cpu_seconds": dc, "calls": len(ts.calls),
 """
 COLLC_EVENTS = PEAK + """
 import json, sys, time
-from collc.profile.chrome import iter_events
+from collc.traces.chrome import iter_events
 t, c = time.perf_counter(), time.process_time()
 n = sum(1 for _ in iter_events(sys.argv[1]))
 dt, dc = time.perf_counter() - t, time.process_time() - c
@@ -84,7 +84,7 @@ print(json.dumps({"seconds": dt, "cpu_seconds": dc, "events": n,
 # (RUSAGE_CHILDREN, counted once they have exited) is part of what the read costs.
 LOG_CALLS = PEAK + """
 import json, os, resource, sys, time
-from collc.profile.sources import read_traces
+from collc.traces.sources import read_traces
 def cpu_wait():   # seconds this process was ready to run but waited for a CPU (Linux)
     try:
         return int(open("/proc/self/schedstat").read().split()[1]) / 1e9

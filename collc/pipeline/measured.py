@@ -27,7 +27,7 @@ from typing import Any
 
 from collc.diagnostics import CollcError, Span
 from collc.pipeline.render import Interval, Lane
-from collc.profile.chrome import ChromeTrace
+from collc.traces.chrome import ChromeTrace
 
 _TRANSFER_WORDS = ("sendrecv", "send", "recv", "all_to_all", "alltoall")
 

@@ -71,7 +71,7 @@ def _check_parent(path: Path, flag: str) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     from collc.io import atomic_write
     from collc.profile.mix import build_mix
-    from collc.profile.sources import read_traces
+    from collc.traces.sources import read_traces
 
     _check_outputs(args)
     for t in args.traces:

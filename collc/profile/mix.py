@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from collc.profile.records import CollectiveCall
+from collc.traces.records import CollectiveCall
 
 P2P = ("send", "recv")
 

@@ -4,7 +4,7 @@ iterations and roles."""
 import pytest
 
 from collc.profile.mix import build_mix, bus_factor, detect_iterations, guess_role, match_calls
-from collc.profile.records import CollectiveCall
+from collc.traces.records import CollectiveCall
 from collections import Counter
 
 

@@ -58,7 +58,7 @@ def test_nccl_tests_command_lines():
 def test_model_per_iteration_with_a_sub_communicator():
     from collc.profile.mix import build_mix
     from collc.profile.model import model_mix
-    from collc.profile.records import CollectiveCall
+    from collc.traces.records import CollectiveCall
 
     calls = []
     for it in range(3):  # 3 iterations: a world AllReduce, then an AllGather on ranks 2 and 3

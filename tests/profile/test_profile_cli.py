@@ -11,7 +11,7 @@ import pytest
 from collc.cli import main
 from collc.profile.mix import COMBINE_NOTE
 
-from helpers_profile import LOGS, sample
+from trace_samples import LOGS, sample
 
 KINETO = "hta__nccl_parser_config__nccl_data.json.gz"
 ALLTOALL = "hta__trace_diff__control__control.json.gz"

@@ -26,8 +26,8 @@ from typing import Any, BinaryIO, Iterator
 import orjson
 
 from ..diagnostics import CollcError, Span
+from .collectives import COLLECTIVE_OPS, call_sizes
 from .detect import TraceSource
-from .nccl_log import COLLECTIVE_OPS, _sizes
 from .records import CollectiveCall, SourceSummary, TraceContext
 
 NCCL_DTYPES = {
@@ -139,7 +139,7 @@ def _profiler_call(event: dict, line: int, end_ts: float | None, source: TraceSo
     communicator = str(comm) if comm is not None else None
     info = context.communicators.get(communicator) if communicator else None
     nranks = info.nranks if info else None
-    in_b, out_b, nbytes = (_sizes(coll, count, size, nranks) if count is not None
+    in_b, out_b, nbytes = (call_sizes(coll, count, size, nranks) if count is not None
                            else (None, None, None))
     start = event.get("ts")
     duration = end_ts - float(start) if end_ts is not None and isinstance(start, (int, float)) else None
@@ -233,7 +233,7 @@ def _inspector_call(obj: dict, line: int, source: TraceSource, summary: SourceSu
         context.communicator(communicator, nranks)
     rank = _find(obj, "rank")
     part = int(size)
-    in_b, out_b, nbytes = _sizes(coll, part, 1, nranks)
+    in_b, out_b, nbytes = call_sizes(coll, part, 1, nranks)
     exec_us = _find(obj, "coll_exec_time_us")
     start = _find(obj, "coll_start_time_us", "start_time_us")
     return CollectiveCall(source=source.name, location=f"line {line}", collective=coll,

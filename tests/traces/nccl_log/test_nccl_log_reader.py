@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 
 from collc.diagnostics import CollcError
-from collc.profile.sources import read_traces
-from helpers_profile import LOGS, sample
+from collc.traces.sources import read_traces
+from trace_samples import LOGS, sample
 
 REAL = "nccl-tests__Timez-zx_all_reduce_perf_2xA100_nccl-2.27.7.log"
 

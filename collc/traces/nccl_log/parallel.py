@@ -1,11 +1,11 @@
 """A big NCCL log read by several processes: pieces scanned in parallel, records made in order.
 
 One process reads an NCCL log at about 80 MB per CPU second, nearly all of it the scan
-(`nccl_log._scan`: the regex, and the Python work per line of interest). Here the log
+(`scan.scan`: the regex, and the Python work per line of interest). Here the log
 is cut at line boundaries into pieces of `PIECE_BYTES`; worker processes scan them and
-send back their events (`nccl_log.Events`: integer columns, one entry per COLL or TUNING
+send back their events (`scan.Events`: integer columns, one entry per COLL or TUNING
 line, and the piece's small tables of call shapes, threads and TUNING lines), and this
-process replays the events in file order (`nccl_log._replay`): records, and which TUNING
+process replays the events in file order (`scan.replay`): records, and which TUNING
 line completes which call, come out of the same code, in the same order, as in one
 sequential pass.
 
@@ -42,10 +42,10 @@ from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import BinaryIO, Iterator
 
-from .detect import TraceSource
-from .records import CollectiveCall, SourceSummary, TraceContext
-from . import nccl_log
-from .nccl_log import _ICOMM, _LINE, _State, apply_init, apply_ops
+from ..detect import TraceSource
+from ..records import CollectiveCall, SourceSummary, TraceContext
+from . import sequential
+from .scan import ICOMM, LINE, Events, State, apply_init, apply_ops, replay, scan
 
 PARALLEL_MIN_BYTES = 16 << 20   # below this, starting processes costs more than it saves
 PIECE_BYTES = 8 << 20           # small enough that the last piece's replay is short
@@ -68,7 +68,7 @@ def processes() -> int:
         return os.cpu_count() or 1
 
 
-def read_split(source: TraceSource, state: _State) -> Iterator[list[CollectiveCall]] | None:
+def read_split(source: TraceSource, state: State) -> Iterator[list[CollectiveCall]] | None:
     """The log's calls read by several processes, a list per piece (those the sequential
     read would yield before its final flush, with `state` left as it would leave it), or
     None where one process should read it: one CPU, a small plain file, or no way to
@@ -141,18 +141,18 @@ def _scan_file_range(path: str, identity: tuple[int, int], start: int, end: int,
 def _scan_bytes(data: bytes, name: str, comms: dict, process_rank: dict) -> PieceResult:
     """Scan a piece (whole lines) in place, `CHUNK_BYTES` of lines at a time (the regex
     runs faster over a stretch that stays in the CPU's caches)."""
-    state = _State(name, SourceSummary(name, "nccl-log"), TraceContext(), comms, process_rank,
+    state = State(name, SourceSummary(name, "nccl-log"), TraceContext(), comms, process_rank,
                    record_ops=True)
-    events = nccl_log.Events(state.shape_list, state.thread_list, state.tuning_list)
+    events = Events(state.shape_list, state.thread_list, state.tuning_list)
     enabled = gc.isenabled()
-    gc.disable()              # the events are all kept: see nccl_log._scan_batch
+    gc.disable()              # the events are all kept: see sequential.scan_batch
     try:
         begin, size = 0, len(data)
         while begin < size:
-            end = min(size, begin + nccl_log.CHUNK_BYTES)
+            end = min(size, begin + sequential.CHUNK_BYTES)
             if end < size:
                 end = (data.rfind(b"\n", begin, end) + 1 or data.find(b"\n", end) + 1) or size
-            events.extend(nccl_log._scan(data, end, state, begin))
+            events.extend(scan(data, end, state, begin))
             begin = end
     finally:
         if enabled:
@@ -163,10 +163,10 @@ def _scan_bytes(data: bytes, name: str, comms: dict, process_rank: dict) -> Piec
 # --- what this process does ---------------------------------------------------------
 
 class _InitTables:
-    """The INIT lines' tables (`_State.comms`, `_State.process_rank`) as of the end of
+    """The INIT lines' tables (`State.comms`, `State.process_rank`) as of the end of
     the pieces seen so far."""
 
-    def __init__(self, state: _State):
+    def __init__(self, state: State):
         self.comms, self.process_rank = dict(state.comms), dict(state.process_rank)
 
     def snapshot(self) -> tuple[dict, dict]:
@@ -182,12 +182,12 @@ class _InitTables:
                 continue
             last_line = line_start
             line_end = data.find(b"\n", hint.end(), end)
-            m = _LINE.search(data, line_start, end if line_end < 0 else line_end)
-            if m is not None and m.group(_ICOMM + 1) is not None:
+            m = LINE.search(data, line_start, end if line_end < 0 else line_end)
+            if m is not None and m.group(ICOMM + 1) is not None:
                 apply_init(m.groups(), bytes(data[line_start:m.start()]), self.comms, self.process_rank)
 
 
-def _file_tasks(f: BinaryIO, size: int, state: _State) -> Iterator[tuple]:
+def _file_tasks(f: BinaryIO, size: int, state: State) -> Iterator[tuple]:
     """Pieces of a plain file as (start, end) offsets for the workers to read, each with
     the INIT tables as of its start (read here a piece at a time, so that memory stays
     one piece whatever the file's size)."""
@@ -226,7 +226,7 @@ def _piece_at(fd: int, start: int, size: int) -> tuple[bytes, int]:
     return data, cut or len(data)
 
 
-def _read_stream(f: BinaryIO, state: _State, pool: ProcessPoolExecutor,
+def _read_stream(f: BinaryIO, state: State, pool: ProcessPoolExecutor,
                  workers: int) -> Iterator[list[CollectiveCall]]:
     with f:
         try:
@@ -236,9 +236,7 @@ def _read_stream(f: BinaryIO, state: _State, pool: ProcessPoolExecutor,
             raise
         if complete:          # small: read in this process, as the sequential reader does
             pool.shutdown()
-            pieces = nccl_log._chunks(io.BytesIO(head), state)
-            while (calls := nccl_log._scan_batch(pieces, state)) is not None:
-                yield calls
+            yield from sequential.read_stream(io.BytesIO(head), state)
             return
         slots = _Slots.create(2 * workers + 2)
         try:
@@ -304,10 +302,10 @@ def _read_ahead(f: BinaryIO, name: str) -> tuple[bytes, bool]:
     read = 0
     while read < PARALLEL_MIN_BYTES:
         try:
-            chunk = f.read(nccl_log.CHUNK_BYTES)
-        except nccl_log.READ_ERRORS as e:
+            chunk = f.read(sequential.CHUNK_BYTES)
+        except sequential.READ_ERRORS as e:
             lines = sum(c.count(b"\n") for c in chunks)
-            raise nccl_log.read_error(e, name, lines + 1, read) from None
+            raise sequential.read_error(e, name, lines + 1, read) from None
         if not chunk:
             return b"".join(chunks), True
         chunks.append(chunk)
@@ -324,7 +322,7 @@ class _StreamError(Exception):
         self.cause, self.offset, self.lines_after_pieces = cause, offset, lines_after_pieces
 
 
-def _stream_tasks(f: BinaryIO, head: bytes, state: _State, slots: "_Slots | None") -> Iterator[tuple]:
+def _stream_tasks(f: BinaryIO, head: bytes, state: State, slots: "_Slots | None") -> Iterator[tuple]:
     """Pieces of the decompressed stream (after `head`, its first bytes), each with the
     INIT tables as of its start."""
     tables = _InitTables(state)
@@ -337,8 +335,8 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: _State, slots: "_Slots | None
     while True:
         while not done and size < target:
             try:
-                chunk = f.read(nccl_log.CHUNK_BYTES)
-            except nccl_log.READ_ERRORS as e:
+                chunk = f.read(sequential.CHUNK_BYTES)
+            except sequential.READ_ERRORS as e:
                 raise _StreamError(e, offset, sum(b.count(b"\n") for b in buffered)) from None
             if not chunk:
                 done = True
@@ -367,7 +365,7 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: _State, slots: "_Slots | None
         buffered, size = [rest], len(rest)
 
 
-def _run(tasks: Iterator[tuple], state: _State, pool: ProcessPoolExecutor,
+def _run(tasks: Iterator[tuple], state: State, pool: ProcessPoolExecutor,
          workers: int) -> Iterator[list[CollectiveCall]]:
     """Hand the tasks to the pool, at most two per worker in flight, and replay their
     results in order."""
@@ -384,7 +382,7 @@ def _run(tasks: Iterator[tuple], state: _State, pool: ProcessPoolExecutor,
             # The lines before the failed read: the replayed pieces', the pieces in
             # flight (as their workers count them) and the unfinished piece's.
             lines = line_base + sum(future.result()[1] for future in in_flight) + e.lines_after_pieces
-            raise nccl_log.read_error(e.cause, state.name, lines + 1, e.offset) from None
+            raise sequential.read_error(e.cause, state.name, lines + 1, e.offset) from None
         while in_flight:
             calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
             yield calls
@@ -395,7 +393,7 @@ def _run(tasks: Iterator[tuple], state: _State, pool: ProcessPoolExecutor,
     state.lines = line_base
 
 
-def _merge(result: PieceResult, line_base: int, state: _State) -> tuple[list[CollectiveCall], int]:
+def _merge(result: PieceResult, line_base: int, state: State) -> tuple[list[CollectiveCall], int]:
     """The calls a piece's events complete, and the number of lines before the next
     piece; the piece's counts, first malformed line and context ops taken into `state`."""
     events, lines, skipped, first_bad, ops = result
@@ -407,7 +405,7 @@ def _merge(result: PieceResult, line_base: int, state: _State) -> tuple[list[Col
     enabled = gc.isenabled()
     gc.disable()
     try:
-        nccl_log._replay(events, line_base, state, out)
+        replay(events, line_base, state, out)
     finally:
         if enabled:
             gc.enable()

@@ -6,9 +6,9 @@ import shutil
 import pytest
 
 from collc.diagnostics import CollcError
-from collc.profile.detect import detect
-from collc.profile.sources import read_traces
-from helpers_profile import LOGS, TRACES, sample
+from collc.traces.detect import detect
+from collc.traces.sources import read_traces
+from trace_samples import LOGS, TRACES, sample
 
 
 @pytest.mark.parametrize("name,folder,fmt", [

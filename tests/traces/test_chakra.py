@@ -13,9 +13,10 @@ from collections import Counter
 import pytest
 
 from collc.diagnostics import CollcError
-from collc.profile.chakra import decode_fields, read_varint
-from collc.profile.sources import read_traces
-from helpers_profile import sample
+from collc.traces.chakra import decode_fields
+from collc.traces.detect import read_varint
+from collc.traces.sources import read_traces
+from trace_samples import sample
 
 
 def test_protobuf_et_in_archive():

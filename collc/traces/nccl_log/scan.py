@@ -1,60 +1,33 @@
-"""NCCL debug logs (`NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`, or INIT,COLL,TUNING), plain or gzip.
+"""The scanning core of the NCCL log reader: one regex for the lines of interest, the
+scan that makes compact events of them, and the replay that makes the records.
 
-One record per COLL line (`AllReduce: opCount ... count N datatype D ... comm 0x.. [nranks=N]
-stream 0x..`), NCCL 2.4 to current and RCCL (` task <n> globalrank <r>`, `acc (nil)`), in
-whatever prefix the launcher adds (`host:pid:tid [dev]`, `(RayTrainWorker pid=615, ...)`,
-`[rank3]:`, timestamps). Many processes may write one file; calls are keyed by (host, pid,
-comm pointer). `INIT` lines (`comm 0x.. rank R nranks N ... commId 0x..`) give a comm's rank,
-size and job-wide id; TUNING lines (`AllReduce: <bytes> Bytes -> Algo RING proto SIMPLE ...`)
-the algorithm and protocol of the calls just logged by the same thread; they are never
-counted as calls.
-
-`count` is elements, and its meaning depends on the collective (reference section 5):
-AllGather and Gather log the per-rank send count, ReduceScatter and Scatter the per-rank
-receive count, AlltoAll the per-peer count; the rest the buffer. `bytes` is nccl-tests' size.
-
-The file is scanned in chunks with one compiled regex anchored on `NCCL INFO`: lines that
-are not INIT, COLL or TUNING lines cost a C-level scan and no Python at all. The scan
-(`_scan`) makes compact events of the COLL and TUNING lines; the replay (`_replay`) makes
-the records, in order. A big log is scanned by several processes and replayed here
-(`nccl_log_split`), with the same code and the same result.
+The file is scanned in chunks with one compiled regex (`LINE`) anchored on `NCCL INFO`:
+lines that are not INIT, COLL or TUNING lines cost a C-level scan and no Python at all.
+The scan (`scan`) makes compact events of the COLL and TUNING lines; the replay (`replay`)
+makes the records, in order. Both readers above this module use it: the sequential one
+(`sequential`) in this process, the parallel one (`parallel`) with the scans in worker
+processes and the replay here, with the same code and the same result.
 """
 
 from __future__ import annotations
 
 import calendar
 import functools
-import gc
 import re
 import sys
 import time
-import zlib
 from array import array
 from itertools import repeat
-from typing import BinaryIO, Iterator
 
-from ..diagnostics import CollcError, Span
-from .detect import TraceSource
-from .records import CollectiveCall, SourceSummary, TraceContext
-
-CHUNK_BYTES = 1 << 20     # fits the CPU caches: larger pieces read slower
-PIECES_PER_BATCH = 64     # 64 MiB of log, ~160k records: see _scan_batch
+from ...diagnostics import CollcError, Span
+from ..collectives import COLLECTIVE_OPS, call_sizes
+from ..records import CollectiveCall, SourceSummary, TraceContext
 
 # ncclDataType_t codes (NCCL 2.4 on; bfloat16 from 2.10, fp8 from 2.19; RCCL uses the same).
 DATATYPES: dict[int, tuple[str, int]] = {
     0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
     5: ("uint64", 8), 6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8),
     9: ("bfloat16", 2), 10: ("fp8_e4m3", 1), 11: ("fp8_e5m2", 1)}
-
-COLLECTIVE_OPS = {
-    b"AllReduce": "allreduce", b"AllGather": "allgather", b"ReduceScatter": "reducescatter",
-    b"Broadcast": "broadcast", b"Reduce": "reduce", b"Send": "send", b"Recv": "recv",
-    b"AlltoAll": "alltoall", b"AllToAll": "alltoall", b"Gather": "gather", b"Scatter": "scatter"}
-
-# The count is one rank's part for these (sizes need nranks): (in_factor, out_factor) in
-# units of count x element size, where n is the communicator size.
-_PER_RANK = {"allgather": (1, "n"), "gather": (1, "n"), "reducescatter": ("n", 1),
-             "scatter": ("n", 1), "alltoall": ("n", "n")}
 
 # Every line of interest. The pattern starts with a literal, so the regex engine jumps from
 # one "NCCL INFO " to the next with a fast search; the prefix before it is taken separately.
@@ -87,13 +60,13 @@ _LINE_PATTERN = (
     rb")")
 if sys.version_info < (3, 11):
     _LINE_PATTERN = _LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
-_LINE = re.compile(_LINE_PATTERN)
-# Group numbers of _LINE, for reading a match's groups() tuple without name lookups.
-_G = {name: index - 1 for name, index in _LINE.groupindex.items()}
+LINE = re.compile(_LINE_PATTERN)
+# Group numbers of LINE, for reading a match's groups() tuple without name lookups.
+_G = {name: index - 1 for name, index in LINE.groupindex.items()}
 _OP, _OPCOUNT, _SHAPE, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
     _G[n] for n in ("op", "opcount", "shape", "count", "dtype", "root", "comm", "nranks", "grank"))
 _TUNING, _TOP, _TBYTES, _ALGO, _PROTO = (_G[n] for n in ("tuning", "top", "tbytes", "algo", "proto"))
-_ICOMM, _IRANK, _INRANKS, _INITREST = (_G[n] for n in ("icomm", "irank", "inranks", "initrest"))
+ICOMM, _IRANK, _INRANKS, _INITREST = (_G[n] for n in ("icomm", "irank", "inranks", "initrest"))
 
 _PROCESS = re.compile(rb"(?P<host>[^\s:\]\[()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] $")
 _RANK_PREFIX = re.compile(rb"\[(?:rank|Rank)\s*(?P<rank>\d+)\]|\brank(?P<rank2>\d+)\]?:")
@@ -102,13 +75,13 @@ _TIMESTAMP = re.compile(rb"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<time>\d\d:\d\d:\d\d)
 _COMM_ID = re.compile(rb"commId (?P<id>0x[0-9a-fA-F]+)")
 
 
-class _State:
+class State:
     """What the log has said so far: comms (INIT lines), calls awaiting their TUNING line.
 
-    The scan (`_scan`) turns lines into events and keeps what later lines' meaning depends
-    on (comms, the process ranks, line numbers); `_replay` turns events into records and
+    The scan (`scan`) turns lines into events and keeps what later lines' meaning depends
+    on (comms, the process ranks, line numbers); `replay` turns events into records and
     keeps the calls that wait for a TUNING line (`pending`). A worker process scanning one
-    byte range of a big log gets the comms as of the range's start (`nccl_log_split`), and
+    byte range of a big log gets the comms as of the range's start (`parallel`), and
     records what it tells the shared context (`ops`) instead of telling it, so that the
     parent can replay that in file order.
     """
@@ -125,7 +98,7 @@ class _State:
         self.process_rank: dict[bytes, tuple[int, int]] = dict(process_rank or {})
         self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = {}
         self.first_bad: int | None = None
-        self.shapes: dict[tuple, int] = {}        # see _scan: a key -> its index in shape_list, or -1
+        self.shapes: dict[tuple, int] = {}        # see scan: a key -> its index in shape_list, or -1
         self.shape_list: list[tuple] = []         # see _coll_shape
         self.threads: dict[bytes, int] = {}       # line prefix -> its index in thread_list
         self.thread_list: list[tuple[bytes, bytes]] = []      # (pid, tid)
@@ -170,7 +143,7 @@ def _apply_init_op(context: TraceContext, comm_id: str | None, nranks: int) -> N
         context.communicator(comm_id, nranks)
 
 
-def apply_ops(ops: list[tuple], state: _State) -> None:
+def apply_ops(ops: list[tuple], state: State) -> None:
     """Tell the shared context, in order, what a worker's scan recorded in `ops`."""
     for kind, communicator, nranks in ops:
         if kind == "init":
@@ -179,23 +152,7 @@ def apply_ops(ops: list[tuple], state: _State) -> None:
             state.process_local_comm(communicator, nranks)
 
 
-def read_nccl_log(source: TraceSource, summary: SourceSummary, context: TraceContext
-                  ) -> Iterator[CollectiveCall]:
-    state = _State(source.name, summary, context)
-    from .nccl_log_split import read_split      # the same records, several processes
-    split = read_split(source, state)
-    if split is not None:
-        for calls in split:       # lists, not calls: one generator less for each call to pass
-            yield from calls
-    else:
-        with source.open() as f:
-            pieces = _chunks(f, state)
-            while (calls := _scan_batch(pieces, state)) is not None:
-                yield from calls
-    yield from finish(state)
-
-
-def finish(state: _State) -> list[CollectiveCall]:
+def finish(state: State) -> list[CollectiveCall]:
     """The calls still waiting for a TUNING line at the end of the log; notes and the
     error of a log none of whose COLL lines could be read."""
     out: list[CollectiveCall] = []
@@ -216,80 +173,6 @@ def finish(state: _State) -> list[CollectiveCall]:
                              f"{state.process_local_comms} communicators; they are named by "
                              "host:pid:comm pointer, so calls cannot be matched across processes")
     return out
-
-
-def _chunks(f: BinaryIO, state: _State) -> Iterator[tuple[bytes, int]]:
-    """(data, end): the (decompressed) file in pieces whose first `end` bytes are whole
-    lines; the bytes after `end` begin the next piece. Not sliced to `end` (the regex
-    takes an end position), so each piece is copied once, not twice. `_scan` counts the
-    lines of each piece into `state.lines`."""
-    rest = b""                  # the start of a line that the last piece did not finish
-    unfinished: list[bytes] = []  # reads since, none with a newline (joined once, not re-copied per read)
-    offset = 0
-    while True:
-        chunk = read_or_fail(f, CHUNK_BYTES, state.name, state.lines + 1, offset)
-        offset += len(chunk)
-        if not chunk:
-            rest = b"".join([rest, *unfinished])
-            if rest:
-                yield rest, len(rest)
-            return
-        cut = chunk.rfind(b"\n") + 1
-        if cut == 0:
-            unfinished.append(chunk)
-            continue
-        if rest or unfinished:
-            head = b"".join([rest, *unfinished])
-            data, cut = head + chunk, len(head) + cut
-            unfinished.clear()
-        else:
-            data = chunk
-        yield data, cut
-        rest = data[cut:]
-
-
-READ_ERRORS = (EOFError, zlib.error, OSError)   # what reading a truncated or corrupt stream raises
-
-
-def read_or_fail(f: BinaryIO, n: int, name: str, line: int, offset: int) -> bytes:
-    """`f.read(n)`, or a located error for a truncated or corrupt compressed log
-    (`line`: the line being read; `offset`: decompressed bytes before it)."""
-    try:
-        return f.read(n)
-    except READ_ERRORS as e:
-        raise read_error(e, name, line, offset) from None
-
-
-def read_error(e: BaseException, name: str, line: int, offset: int) -> CollcError:
-    return CollcError(f"truncated or corrupt compressed log: {e}", Span(name, line, 1),
-                      notes=(f"after {offset} bytes of decompressed data",))
-
-
-def _scan_batch(pieces: Iterator[tuple[bytes, int]], state: _State) -> list[CollectiveCall] | None:
-    """The calls of the next PIECES_PER_BATCH pieces (None at the end of the file), read
-    with the cyclic garbage collector paused.
-
-    Reading makes a record per call and keeps them all: none is garbage, yet every
-    collection while they are made walks them (each record's 19 fields), and each
-    eleventh walks all those read since again: 13% of the time on a 117 MB log. Paused
-    over a batch, not a piece, so that few collections run in between (a log of less
-    than ten batches then has each record walked once, not twice); never across a
-    `yield`, so the caller's code always runs with the collector as it left it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        out: list[CollectiveCall] = []
-        scanned = 0
-        for data, end in pieces:
-            _replay(_scan(data, end, state), 0, state, out)
-            state.trim()
-            scanned += 1
-            if scanned == PIECES_PER_BATCH:
-                break
-        return out if scanned else None
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class Events:
@@ -339,7 +222,7 @@ class Events:
             setattr(self, name, value)
 
 
-def _scan(data: bytes, end: int, state: _State, begin: int = 0) -> Events:
+def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
     """The events of `data[begin:end]` (whole lines), in file order.
 
     The hot path of the reader, one pass per line of interest, written for speed: the
@@ -347,7 +230,7 @@ def _scan(data: bytes, end: int, state: _State, begin: int = 0) -> Events:
     lines that need one (COLL lines and malformed ones), everything that depends only on
     the line's prefix, comm and shape comes from a cache (`state.shapes`), and the
     thread of a TUNING line from a cache keyed by its prefix. What to make of the events
-    (records, and which TUNING line completes which call) is `_replay`'s.
+    (records, and which TUNING line completes which call) is `replay`'s.
     """
     events = Events(state.shape_list, state.thread_list, state.tuning_list)
     ids, lines, seqs_out = events.ids, events.lines, events.seqs
@@ -361,8 +244,8 @@ def _scan(data: bytes, end: int, state: _State, begin: int = 0) -> Events:
     summary = state.summary
     COLL_GROUPS = (_OP + 1, _OPCOUNT + 1, _SHAPE + 1, _GRANK + 1)
     TUNING = _TUNING + 1      # the group that ends a TUNING line's match: its `lastindex`
-    ICOMM = _ICOMM + 1
-    for m in _LINE.finditer(data, begin, end):
+    ICOMM_GROUP = ICOMM + 1
+    for m in LINE.finditer(data, begin, end):
         start = m.start()
         line_start = rfind(b"\n", 0, start) + 1
         pre = data[line_start:start]
@@ -407,7 +290,7 @@ def _scan(data: bytes, end: int, state: _State, begin: int = 0) -> Events:
             add_seq(tuning)
             if stamps is not None:
                 stamps.append(None)
-        elif m.group(ICOMM) is not None:
+        elif m.group(ICOMM_GROUP) is not None:
             _init_line(m.groups(), pre, state)
         else:
             line += count(b"\n", pos, line_start)
@@ -420,7 +303,7 @@ def _scan(data: bytes, end: int, state: _State, begin: int = 0) -> Events:
     return events
 
 
-def _replay(events: Events, line_base: int, state: _State, out: list[CollectiveCall]) -> None:
+def replay(events: Events, line_base: int, state: State, out: list[CollectiveCall]) -> None:
     """Records of the events (line numbers `line_base` on), appended to `out` in the order
     they are complete: a call waits for the TUNING line its thread logs after it (which
     gives its algorithm and protocol), unless its thread has no TUNING lines (more than
@@ -473,7 +356,7 @@ def _timestamp(pre: bytes) -> tuple[float | None, bytes]:
     return _epoch_us(t.group("date"), t.group("time"), t.group("frac")), pre[:t.start()] + pre[t.end():]
 
 
-def _thread(pre: bytes, state: _State) -> int:
+def _thread(pre: bytes, state: State) -> int:
     """The index in `state.thread_list` of a line prefix's (pid, tid), remembered unless
     the prefix has a timestamp (those never repeat)."""
     _host, pid, tid, _rank, ts = _process(pre)
@@ -532,7 +415,7 @@ def _host_name(host: bytes) -> str:
     return host.decode(errors="replace")
 
 
-def _init_line(g: tuple, pre: bytes, state: _State) -> None:
+def _init_line(g: tuple, pre: bytes, state: State) -> None:
     comm_id, nranks = apply_init(g, pre, state.comms, state.process_rank)
     state.shapes.clear()
     state.saw_comm(comm_id, nranks)
@@ -546,7 +429,7 @@ def apply_init(g: tuple, pre: bytes, comms: dict, process_rank: dict) -> tuple[s
     cid = _COMM_ID.search(g[_INITREST])
     comm_id = cid.group("id").decode() if cid else None
     nranks = int(g[_INRANKS])
-    key = (pid, g[_ICOMM])
+    key = (pid, g[ICOMM])
     before = comms.get(key)
     if comm_id is None and before is not None:
         comm_id = before[2]          # "Destroy COMPLETE" lines repeat the comm without commId
@@ -557,7 +440,7 @@ def apply_init(g: tuple, pre: bytes, comms: dict, process_rank: dict) -> tuple[s
     return comm_id, nranks
 
 
-def _coll_shape(g: tuple, pre: bytes, state: _State) -> int:
+def _coll_shape(g: tuple, pre: bytes, state: State) -> int:
     """The index in `state.shape_list` of the COLL line's (thread, collective, rank,
     communicator, nranks, dtype, count, bytes, in_bytes, out_bytes, peer), or -1 for an
     operation NCCL does not have. `peer` is the root of a Send/Recv."""
@@ -573,7 +456,7 @@ def _coll_shape(g: tuple, pre: bytes, state: _State) -> int:
 _UNKNOWN_OP = object()
 
 
-def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None, state: _State):
+def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None, state: State):
     coll = COLLECTIVE_OPS.get(g[_OP])
     if coll is None:
         return _UNKNOWN_OP
@@ -597,30 +480,11 @@ def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None,
         communicator = f"{_host_name(host)}:{pid.decode()}:{comm_ptr.decode()}"
         state.process_local_comm(communicator, nranks)
     count = int(g[_COUNT])
-    in_b, out_b, nbytes = _sizes(coll, count, size, nranks)
+    in_b, out_b, nbytes = call_sizes(coll, count, size, nranks)
     return coll, rank, communicator, nranks, dtype, count, nbytes, in_b, out_b
 
 
-def _sizes(coll: str, count: int, size: int | None, nranks: int | None
-           ) -> tuple[int | None, int | None, int | None]:
-    """(send buffer, receive buffer, nccl-tests size) in bytes of one rank's call."""
-    if size is None:
-        return None, None, None
-    part = count * size
-    factors = _PER_RANK.get(coll)
-    if factors is None:
-        in_b = None if coll == "recv" else part
-        out_b = None if coll == "send" else part
-        return in_b, out_b, part
-    in_f, out_f = (nranks if f == "n" else f for f in factors)
-    in_b = part * in_f if in_f is not None else None
-    out_b = part * out_f if out_f is not None else None
-    if coll in ("allgather", "gather"):
-        return in_b, out_b, out_b
-    return in_b, out_b, in_b     # reducescatter, scatter, alltoall: the send buffer
-
-
-def _tuning(m: re.Match, state: _State) -> int:
+def _tuning(m: re.Match, state: State) -> int:
     """The index in `state.tuning_list` of a TUNING line's (collective or None, bytes,
     algorithm, protocol), remembered by the line's text."""
     top, tbytes, algo, proto = m.group(_TOP + 1, _TBYTES + 1, _ALGO + 1, _PROTO + 1)

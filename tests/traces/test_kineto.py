@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 
 from collc.diagnostics import CollcError
-from collc.profile.sources import read_traces
-from helpers_profile import sample
+from collc.traces.sources import read_traces
+from trace_samples import sample
 
 
 def _read(name):

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from collc.diagnostics import CollcError
-from collc.profile import chrome
-from collc.profile.chrome import ChromeTrace, iter_events, trace_metadata
-from helpers_profile import sample
+from collc.traces import chrome
+from collc.traces.chrome import ChromeTrace, iter_events, trace_metadata
+from trace_samples import sample
 
 NCCL_DATA = "hta__nccl_parser_config__nccl_data.json.gz"      # multi-line Kineto layout
 SAMPLED = "hta__trace_filter__sampled_rank-0.json.gz"          # whole trace on one line

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from array import array
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..diagnostics import CollcError, Span
 from .chrome import ChromeTrace
+from .collectives import collective_from_c10d, kernel_collective, nccl_tests_bytes
 from .detect import TraceSource
 from .records import CollectiveCall, SourceSummary, TraceContext
 
@@ -47,36 +47,6 @@ for _names, _dtype, _size in (
         (("ComplexFloat", "c10::complex<float>"), "complex64", 8)):
     for _name in _names:
         DTYPES[_name] = (_dtype, _size)
-
-_KERNEL_NAME = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_KERNEL_COLLECTIVES = {"AllReduce": "allreduce", "AllGather": "allgather",
-                       "ReduceScatter": "reducescatter", "Broadcast": "broadcast",
-                       "Reduce": "reduce"}   # SendRecv and Generic kernels name no collective
-
-
-def collective_from_c10d(name: str) -> str | None:
-    """`allreduce`, `_allgather_base`, `reduce_scatter_tensor_coalesced`, `all_to_all`, ...
-    (c10d's names, or an `nccl:*` op's) as a stdlib collective; None for barrier and others."""
-    key = name.lower().removeprefix("nccl:").replace("_", "").replace("c10d::", "")
-    for stem, coll in (("reducescatter", "reducescatter"), ("allreduce", "allreduce"),
-                       ("allgather", "allgather"), ("alltoall", "alltoall"),
-                       ("broadcast", "broadcast"), ("reduce", "reduce"), ("gather", "gather"),
-                       ("scatter", "scatter"), ("send", "send"), ("recv", "recv")):
-        if stem in key:
-            return coll
-    return None
-
-
-def nccl_tests_bytes(collective: str, in_bytes: int | None, out_bytes: int | None) -> int | None:
-    """nccl-tests' size (reference section 4) from a call's input and output buffer sizes."""
-    if collective in ("allgather", "gather"):
-        return out_bytes                   # in_bytes is one rank's part
-    if collective in ("reducescatter", "scatter", "alltoall"):
-        return in_bytes
-    if collective == "recv":
-        return out_bytes if out_bytes is not None else in_bytes
-    return in_bytes if in_bytes is not None else out_bytes
-
 
 def _parse_ranks(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, list):
@@ -313,7 +283,7 @@ def _kernel_records(source, summary, context, kernels, nccl_ops, param_ops, laun
         if meta is None:
             meta, named_by = _meta_from_launch(k, launch_of, nccl_ops, param_ops)
         if meta is None:
-            coll = _kernel_collective(k.name)
+            coll = kernel_collective(k.name)
             if coll is None:
                 reason = ("NCCL kernel without metadata whose launch is not in the trace"
                           if k.correlation not in launch_of else
@@ -355,11 +325,6 @@ def _meta_from_launch(k: _Kernel, launch_of, nccl_ops: _CpuOps, param_ops: _CpuO
         if meta is not None:
             return meta, "launch-op"
     return None, "metadata"
-
-
-def _kernel_collective(name: str) -> str | None:
-    m = _KERNEL_NAME.match(name)
-    return _KERNEL_COLLECTIVES.get(m.group(1)) if m else None
 
 
 _ALGOS = ("RING", "TREE", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS_TREE", "NVLS", "PAT")

@@ -39,7 +39,7 @@ def _reader(fmt: str) -> Reader:
         from .kineto import read_kineto
         return read_kineto
     if fmt == "nccl-log":
-        from .nccl_log import read_nccl_log
+        from .nccl_log.reader import read_nccl_log
         return read_nccl_log
     if fmt == "nccl-profiler":
         from .nccl_profiler import read_profiler_dump

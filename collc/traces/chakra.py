@@ -31,8 +31,8 @@ import zlib
 from typing import Any, BinaryIO, Iterator
 
 from ..diagnostics import CollcError, Span
-from .detect import TraceSource
-from .kineto import collective_from_c10d, nccl_tests_bytes
+from .collectives import collective_from_c10d, kernel_collective, nccl_tests_bytes
+from .detect import TraceSource, read_varint
 from .records import CollectiveCall, SourceSummary, TraceContext
 
 COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 5, 6, 7
@@ -43,22 +43,6 @@ BARRIER = 9
 _VARINT_VALUE_FIELDS = {7, 9, 11, 13, 27}          # int32, int64, uint32, uint64, bool
 _ZIGZAG_FIELDS = {15, 17}                          # sint32, sint64
 _STRING_FIELD = 29
-
-
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A protobuf varint at data[pos:]: (value, position after it). ValueError if cut short."""
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("varint runs past the end of the data")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
 
 
 def decode_fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
@@ -241,7 +225,6 @@ def read_chakra_json(source: TraceSource, summary: SourceSummary, context: Trace
 def _workload_nodes(nodes: Iterator[dict], source: TraceSource, summary: SourceSummary
                     ) -> Iterator[CollectiveCall]:
     """Jsonized Chakra graph: GPU-side comm nodes (kernels) are the calls; no sizes."""
-    from .kineto import _kernel_collective
     for i, node in enumerate(nodes):
         if not isinstance(node, dict):
             raise CollcError(f"workload_graph node {i} is not an object", Span(source.name, 1, 1))
@@ -251,7 +234,7 @@ def _workload_nodes(nodes: Iterator[dict], source: TraceSource, summary: SourceS
         if node.get("is_cpu_op", True):
             summary.skip("CPU-side communication node (its GPU node is the record)")
             continue
-        collective = _kernel_collective(name) or collective_from_c10d(name)
+        collective = kernel_collective(name) or collective_from_c10d(name)
         if node.get("NodeType") == COMM_SEND_NODE:
             collective = "send"
         elif node.get("NodeType") == COMM_RECV_NODE:

@@ -1,10 +1,10 @@
-"""Shared paths for the profile readers' tests."""
+"""Where the sample traces are, for the trace readers' and the profile's tests."""
 
 from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 TRACES = DATA / "traces"
 LOGS = DATA / "nccl-logs"
 

@@ -15,11 +15,12 @@ import random
 
 import pytest
 
-import collc.profile.nccl_log as nccl_log
+import collc.traces.nccl_log.sequential as sequential_reader
 from collc.diagnostics import CollcError
-from collc.profile.sources import read_traces
-from helpers_profile import LOGS, sample
-from test_profile_nccl_log import RCCL, REAL, V24, V218, V227
+from collc.traces.nccl_log.reader import read_nccl_log
+from collc.traces.sources import read_traces
+from trace_samples import LOGS, sample
+from test_nccl_log_reader import RCCL, REAL, V24, V218, V227
 
 ODD_LINES = [
     # an operation NCCL does not have, a COLL line with a garbled opCount, an unknown datatype
@@ -90,7 +91,7 @@ def test_same_records_whatever_the_piece_size(mixed, untuned, monkeypatch, piece
     # 64 bytes is shorter than most lines: pieces then end inside a line, and a line is
     # carried over several reads before it is whole.
     whole = records([mixed]), records([untuned])
-    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", piece)
+    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", piece)
     assert (records([mixed]), records([untuned])) == whole
 
 
@@ -102,7 +103,7 @@ def test_real_log_same_records_in_small_pieces_and_gzip(tmp_path, monkeypatch):
     packed.write_bytes(gzip.compress(real.read_bytes()))
     whole = records([plain])
     assert records([packed]) == whole
-    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", 3000)
     assert records([plain]) == whole
     assert records([packed]) == whole
 
@@ -134,13 +135,13 @@ def test_untuned_log_records_unchanged(untuned):
 
 def test_garbage_collector_left_as_the_caller_had_it(mixed, tmp_path, monkeypatch):
     """The scan pauses the cyclic collector, but never while the caller's code runs."""
-    from collc.profile.detect import TraceSource
-    from collc.profile.records import SourceSummary, TraceContext
-    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 4096)      # many batches, many yields
-    monkeypatch.setattr(nccl_log, "PIECES_PER_BATCH", 2)
+    from collc.traces.detect import TraceSource
+    from collc.traces.records import SourceSummary, TraceContext
+    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", 4096)      # many batches, many yields
+    monkeypatch.setattr(sequential_reader, "PIECES_PER_BATCH", 2)
     source = TraceSource.file(mixed)
-    seen = {gc.isenabled() for _ in nccl_log.read_nccl_log(source, SourceSummary(str(mixed), "nccl-log"),
-                                                           TraceContext())}
+    seen = {gc.isenabled() for _ in read_nccl_log(source, SourceSummary(str(mixed), "nccl-log"),
+                                                  TraceContext())}
     assert seen == {True} and gc.isenabled()
     cut = tmp_path / "cut.log.gz"
     packed = gzip.compress(mixed.read_bytes())

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from collc.diagnostics import CollcError
-from collc.profile.sources import read_traces
-from helpers_profile import sample
+from collc.traces.sources import read_traces
+from trace_samples import sample
 
 P2P = "nccl-profiler__pha-Z-nccl_example-profiler_p2p_sendrecv_trace.json.txt"
 README = "nccl-profiler__NVIDIA-nccl_example-profiler_README_allreduce_trace_excerpt.txt"

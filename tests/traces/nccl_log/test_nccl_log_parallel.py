@@ -14,15 +14,16 @@ import threading
 
 import pytest
 
-import collc.profile.nccl_log as nccl_log
-import collc.profile.nccl_log_split as split
+import collc.traces.nccl_log.parallel as split
+import collc.traces.nccl_log.sequential as sequential_reader
 from collc.diagnostics import CollcError
-from collc.profile.detect import TraceSource
-from collc.profile.records import SourceSummary
-from collc.profile.sources import read_traces
-from helpers_profile import LOGS, sample
-from test_profile_nccl_log import REAL, V24
-from test_profile_nccl_log_scan import mixed_log, records
+from collc.traces.detect import TraceSource
+from collc.traces.nccl_log.scan import State
+from collc.traces.records import SourceSummary
+from collc.traces.sources import read_traces
+from trace_samples import LOGS, sample
+from test_nccl_log_reader import REAL, V24
+from test_nccl_log_scan import mixed_log, records
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +41,7 @@ def read_both(paths, monkeypatch, piece: int = 3000) -> tuple[list, list, int]:
     monkeypatch.setenv(split.PROCESSES_ENV, "2")
     monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(split, "PIECE_BYTES", piece)
-    monkeypatch.setattr(nccl_log, "CHUNK_BYTES", max(64, piece // 3))
+    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", max(64, piece // 3))
     merged = []
     merge = split._merge
     monkeypatch.setattr(split, "_merge", lambda *a: merged.append(1) or merge(*a))
@@ -133,7 +134,7 @@ def test_errors_located_as_in_one_process(tmp_path, monkeypatch, first_read):
             monkeypatch.setenv(split.PROCESSES_ENV, processes)
             monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", first_read)
             monkeypatch.setattr(split, "PIECE_BYTES", 4096)
-            monkeypatch.setattr(nccl_log, "CHUNK_BYTES", 1024)
+            monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", 1024)
             with pytest.raises(CollcError) as e:
                 read_traces([path])
             errors.append((e.value.message, e.value.span, e.value.notes))
@@ -144,7 +145,7 @@ def test_errors_located_as_in_one_process(tmp_path, monkeypatch, first_read):
 def test_small_or_single_cpu_reads_stay_in_process(tmp_path, monkeypatch):
     p = tmp_path / "small.log"
     p.write_bytes(mixed_log(500))
-    state = nccl_log._State(str(p), SourceSummary(str(p), "nccl-log"), None)
+    state = State(str(p), SourceSummary(str(p), "nccl-log"), None)
     monkeypatch.setenv(split.PROCESSES_ENV, "2")
     assert split.read_split(TraceSource.file(p), state) is None          # < PARALLEL_MIN_BYTES
     monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
@@ -165,7 +166,7 @@ def test_no_fork_while_threads_run(tmp_path, monkeypatch):
     sequential = records([p])
     monkeypatch.setenv(split.PROCESSES_ENV, "2")
     monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
-    state = nccl_log._State(str(p), SourceSummary(str(p), "nccl-log"), None)
+    state = State(str(p), SourceSummary(str(p), "nccl-log"), None)
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()

@@ -107,10 +107,25 @@ def _json_object_format(stripped: bytes, head: bytes) -> str | None:
     return None
 
 
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A protobuf varint at data[pos:]: (value, position after it). ValueError if cut short."""
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("varint runs past the end of the data")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
 def _looks_like_chakra_et(head: bytes) -> bool:
     """A varint length, then a message whose first field is GlobalMetadata.version (1, string)
     or ExecutionTraceMetadata-style attribute list: protobuf field 1 or 2, wire type 2."""
-    from .chakra import read_varint
     try:
         length, pos = read_varint(head, 0)
     except ValueError:
