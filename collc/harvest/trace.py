@@ -4,7 +4,7 @@
   trainer's bubbles, a row per side task with the intervals it ran, overruns past a
   bubble's end as separate red slices, incidents (crash, memory cap, hang, kill) as
   instant events.
-- A PNG/SVG timeline of the same (matplotlib, Agg).
+- A PNG/SVG timeline of the same (matplotlib, set up by collc.render.plots).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from collc.diagnostics import CollcError, Span
+from collc.render.chrome_trace import TraceBuilder
+from collc.render.plots import pyplot
 
 _REQUIRED = ("devices", "tasks", "bubbles", "runs", "incidents")
 
@@ -40,50 +42,37 @@ def load_log(path: str | Path) -> dict[str, Any]:
 
 
 def chrome_trace(log: dict[str, Any]) -> dict[str, Any]:
-    events: list[dict[str, Any]] = []
+    trace = TraceBuilder()
     pids = {name: i + 1 for i, name in enumerate(log["devices"])}
     names = {t["id"]: t["name"] for t in log["tasks"]}
     for name, pid in pids.items():
-        events.append({"ph": "M", "name": "process_name", "pid": pid,
-                       "args": {"name": f"device {name}"}})
-        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 0,
-                       "args": {"name": "trainer bubbles"}})
+        trace.process(pid, f"device {name}")
+        trace.thread(pid, 0, "trainer bubbles")
     for t in log["tasks"]:
         if t["device"] in pids:
-            events.append({"ph": "M", "name": "thread_name", "pid": pids[t["device"]],
-                           "tid": t["id"], "args": {"name": f"task {t['id']} {t['name']}"}})
+            trace.thread(pids[t["device"]], t["id"], f"task {t['id']} {t['name']}")
     for b in log["bubbles"]:
-        events.append({"ph": "X", "name": "bubble", "cat": b["source"],
-                       "pid": pids[b["device"]], "tid": 0, "ts": b["start"] * 1e6,
-                       "dur": (b["end"] - b["start"]) * 1e6,
-                       "args": {"harvested_ms": b["harvested_s"] * 1e3}})
+        trace.complete("bubble", b["source"], pids[b["device"]], 0, b["start"] * 1e6,
+                       (b["end"] - b["start"]) * 1e6, {"harvested_ms": b["harvested_s"] * 1e3})
     for r in log["runs"]:
         pid = pids[r["device"]]
         inside_end = r["end"] - r["overrun_s"]
-        events.append({"ph": "X", "name": names.get(r["task"], str(r["task"])),
-                       "cat": "side task", "pid": pid, "tid": r["task"],
-                       "ts": r["start"] * 1e6, "dur": max(0.0, inside_end - r["start"]) * 1e6,
-                       "args": {"steps": r["steps"], "window": r["window"]}})
+        trace.complete(names.get(r["task"], str(r["task"])), "side task", pid, r["task"],
+                       r["start"] * 1e6, max(0.0, inside_end - r["start"]) * 1e6,
+                       {"steps": r["steps"], "window": r["window"]})
         if r["overrun_s"] > 0:
-            events.append({"ph": "X", "name": "overrun", "cat": "overrun", "cname": "terrible",
-                           "pid": pid, "tid": r["task"], "ts": inside_end * 1e6,
-                           "dur": r["overrun_s"] * 1e6,
-                           "args": {"overrun_ms": r["overrun_s"] * 1e3}})
+            trace.complete("overrun", "overrun", pid, r["task"], inside_end * 1e6, r["overrun_s"] * 1e6,
+                           {"overrun_ms": r["overrun_s"] * 1e3}, colour="terrible")
     task_device = {t["id"]: t["device"] for t in log["tasks"]}
     for inc in log["incidents"]:
         pid = pids.get(task_device.get(inc["task"]), 1)
-        events.append({"ph": "i", "s": "p", "name": inc["what"], "pid": pid,
-                       "tid": inc["task"] or 0, "ts": inc["t"] * 1e6,
-                       "args": {"message": inc["message"]}})
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+        trace.instant(inc["what"], pid, inc["task"] or 0, inc["t"] * 1e6, {"message": inc["message"]})
+    return trace.trace()
 
 
 def timeline_figure(log: dict[str, Any], title: str = "side tasks in the trainer's bubbles",
                     window_s: tuple[float, float] | None = None) -> Any:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows: list[tuple[str, list[tuple[float, float]], list[tuple[float, float]]]] = []
     for dev in log["devices"]:
         rows.append((f"{dev} bubbles", [(b["start"], b["end"] - b["start"])

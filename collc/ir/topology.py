@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Any
+from typing import Any, Sequence
 
 
 class NodeKind(str, Enum):
@@ -103,6 +103,29 @@ class Topology:
 
     def link(self, src: str, dst: str) -> Link:
         return self.link_map[(src, dst)]
+
+    # --- restriction ---------------------------------------------------------------
+    def restricted_to(self, gpus: Sequence[int], name: str | None = None) -> "Topology":
+        """The sub-cluster of the GPUs of ranks `gpus`: those GPUs (the i-th given becomes
+        rank i, keeping its name and SM count), every switch and NIC, and the links among
+        them. The other GPUs go with their links: GPUs do not forward data in collc's
+        model, so a group of GPUs (a communicator, a stage's replicas) runs on this
+        alone. Node order: the chosen GPUs in their new rank order, then the switches and
+        NICs in this topology's order; links keep this topology's order.
+
+        Named `name`, by default `NAME[r0,r1,...]` with the ranks given; all the GPUs in
+        rank order under this topology's own name give this topology itself."""
+        chosen = [self.gpu(g) for g in gpus]
+        if len({n.name for n in chosen}) != len(chosen):
+            raise ValueError(f"restricted_to: GPU ranks {tuple(gpus)} name a GPU more than once")
+        if tuple(gpus) == tuple(range(self.num_ranks)) and name in (None, self.name):
+            return self
+        forwarding = tuple(n for n in self.nodes if n.kind is not NodeKind.GPU)
+        nodes = tuple(Node(n.name, NodeKind.GPU, i, n.sms) for i, n in enumerate(chosen)) + forwarding
+        keep = {n.name for n in nodes}
+        links = tuple(l for l in self.links if l.src in keep and l.dst in keep)
+        shown = name if name is not None else f"{self.name}[{','.join(map(str, gpus))}]"
+        return Topology(shown, nodes, links, self.description)
 
     def to_networkx(self):  # -> networkx.DiGraph
         """A DiGraph with `capacity` (bytes/s) and `latency` (s) on every edge."""

@@ -18,10 +18,12 @@ import sys
 from dataclasses import dataclass
 from typing import Iterator
 
-from collc.analysis.simulate import Router, simulate
+from collc import frontend
+from collc.analysis.simulate import Router
+from collc.api import time_collective
 from collc.diagnostics import CollcError
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
-from collc.ir.topology import Node, NodeKind, Topology
+from collc.ir.topology import Topology
 from collc.ir.pipeline import GradientCollective, PipelineJob
 from collc.pipeline.schedules import ScheduleOrder
 from collc.pipeline.timeline import StageCosts
@@ -34,17 +36,6 @@ def transfer_s(router: Router, src_rank: int, dst_rank: int, nbytes: int) -> flo
     probe = Op(0, OpKind.COPY, Loc(src_rank, Buffer.INPUT, 0), Loc(dst_rank, Buffer.OUTPUT, 0))
     path = router.path_for(probe)
     return path.latency + nbytes / path.bottleneck
-
-
-def group_topology(topology: Topology, gpus: tuple[int, ...]) -> Topology:
-    """The topology with only `gpus` (renumbered 0.. in the order given) among its GPUs."""
-    keep = {topology.gpu(g).name: i for i, g in enumerate(gpus)}
-    nodes = [Node(n.name, n.kind, keep[n.name]) if n.kind is NodeKind.GPU else n
-             for n in topology.nodes if n.kind is not NodeKind.GPU or n.name in keep]
-    names = {n.name for n in nodes}
-    links = tuple(l for l in topology.links if l.src in names and l.dst in names)
-    shown = ",".join(topology.gpu(g).name for g in gpus)
-    return Topology(f"{topology.name}[{shown}]", tuple(nodes), links, topology.description)
 
 
 @dataclass(frozen=True)
@@ -64,17 +55,11 @@ _PARTS = {
 
 @functools.lru_cache(maxsize=256)
 def _collective_s(topology: Topology, kind: str, nbytes: int, synthesized: bool) -> float:
-    from collc import frontend
-    from collc.driver import CompileJob, produce_schedule
-
     collective = frontend.resolve_collective(kind, topology.num_ranks)
-    if synthesized:
-        with _stdout_to_stderr():
-            unit, _ = produce_schedule(CompileJob(topology, collective, nbytes, pipeline="synthesize"))
-        schedule = unit.schedule
-    else:
-        schedule = frontend.instantiate_algorithm("ring", topology, collective)
-    return simulate(schedule, topology, nbytes).time_s
+    if not synthesized:
+        return time_collective(topology, collective, nbytes, algorithm="ring").time_s
+    with _stdout_to_stderr():
+        return time_collective(topology, collective, nbytes, pipeline="synthesize").time_s
 
 
 @contextlib.contextmanager
@@ -106,7 +91,9 @@ def gradient_times(job: PipelineJob, synthesize: bool) -> tuple[CollectiveTimes,
         if len(gpus) < 2 or nbytes == 0:
             out.append(CollectiveTimes(0.0, 0.0 if synthesize else None, parts))
             continue
-        sub = group_topology(job.topology, gpus)
+        # Named after the GPUs (`dgx1[g[0],g[4]]`), as the error below shows it.
+        shown = ",".join(job.topology.gpu(g).name for g in gpus)
+        sub = job.topology.restricted_to(gpus, name=f"{job.topology.name}[{shown}]")
         try:
             base = sum(_collective_s(sub, k, nbytes, False) for k in parts)
             synth = sum(_collective_s(sub, k, nbytes, True) for k in parts) if synthesize else None

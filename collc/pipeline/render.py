@@ -8,7 +8,6 @@ a measured step look alike.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,8 @@ from typing import Any
 from collc.diagnostics import CollcError
 from collc.io import atomic_write
 from collc.pipeline.timeline import Timeline
+from collc.render.chrome_trace import TraceBuilder, write_trace as write_chrome_trace
+from collc.render.plots import figure_bytes, pyplot
 
 # Categories and their colours in the diagram.
 COLOURS = {
@@ -66,26 +67,25 @@ def lanes_from_prediction(tl: Timeline, report: dict[str, Any]) -> list[Lane]:
 
 
 def chrome_trace(lanes: list[Lane], title: str) -> dict[str, Any]:
-    events: list[dict[str, Any]] = []
+    """One process per lane, with rows for compute, transfers sent, the gradient
+    collective and bubbles."""
+    trace = TraceBuilder()
     threads = ((0, "compute"), (1, "transfers (sent)"), (2, "gradient collective"), (3, "bubbles"))
     for pid, lane in enumerate(lanes):
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": lane.title}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        trace.process(pid, lane.title, sort_index=pid, tid=0)
         for tid, name in threads:
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+            trace.thread(pid, tid, name)
         for tid, spans in ((0, lane.compute), (1, lane.transfers), (2, lane.collectives)):
             for s in spans:
-                events.append({"ph": "X", "name": s.label, "cat": s.category, "pid": pid, "tid": tid,
-                               "ts": s.start_us, "dur": s.dur_us, "args": s.args})
+                trace.complete(s.label, s.category, pid, tid, s.start_us, s.dur_us, s.args)
         for b in lane.bubbles:
-            events.append({"ph": "X", "name": f"bubble ({b['cause']})", "cat": "bubble", "pid": pid, "tid": 3,
-                           "ts": b["start_us"], "dur": b["duration_us"],
-                           "args": {k: v for k, v in b.items() if k not in ("start_us", "end_us")}})
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"title": title}}
+            trace.complete(f"bubble ({b['cause']})", "bubble", pid, 3, b["start_us"], b["duration_us"],
+                           {k: v for k, v in b.items() if k not in ("start_us", "end_us")})
+    return trace.trace(title)
 
 
 def write_trace(path: Path, lanes: list[Lane], title: str) -> None:
-    atomic_write(path, json.dumps(chrome_trace(lanes, title)))
+    write_chrome_trace(path, chrome_trace(lanes, title))
 
 
 def _unit(step_us: float) -> tuple[float, str]:
@@ -102,10 +102,8 @@ def write_plot(path: Path, lanes: list[Lane], title: str, step_us: float) -> Non
     suffix = path.suffix.lower()
     if suffix not in (".png", ".svg"):
         raise CollcError(f"cannot draw '{path.name}': the picture must be a .png or .svg file")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    # Lazy, as pyplot() is: matplotlib is heavy and only drawing needs it.
     from matplotlib.patches import Patch
 
     scale, unit = _unit(step_us)
@@ -150,9 +148,6 @@ def write_plot(path: Path, lanes: list[Lane], title: str, step_us: float) -> Non
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(handles), fontsize=8,
               frameon=False)
     fig.tight_layout()
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format=suffix[1:], dpi=130)
+    data = figure_bytes(fig, suffix[1:], dpi=130)
     plt.close(fig)
-    atomic_write(path, buf.getvalue())
+    atomic_write(path, data)

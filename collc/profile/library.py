@@ -28,7 +28,7 @@ from collc.backends.msccl_xml.program import executor_bytes
 from collc.backends.msccl_xml.verify import verify_files
 from collc.backends.msccl_xml.writer import band_file_name, check_library_directory, library_prefix, write_algo
 from collc.diagnostics import CollcError
-from collc.profile.model import Band, ModelResult, _collective
+from collc.profile.model import Band, ModelResult, stdlib_collective
 
 
 @dataclass
@@ -46,7 +46,7 @@ class LibraryFile:
 
 
 def _measure(band: Band, size: int) -> int:
-    coll = band.schedule.collective if band.schedule is not None else _collective(band.collective, band.nranks)
+    coll = band.schedule.collective if band.schedule is not None else stdlib_collective(band.collective, band.nranks)
     return executor_bytes(coll, size)
 
 

@@ -11,7 +11,7 @@ traffic, as in NCCL. A Send/Recv pair is timed as a two-rank broadcast from the 
 Timing: every call is timed alone on the alpha-beta model (collc.analysis.simulate),
 and calls are summed: collectives of one iteration are assumed not to overlap.
 - baseline: the fastest of the standard library's hand-written algorithms (ring, tree),
-  exactly as `collc compile` reports its baselines (collc.driver.baselines_for);
+  exactly as `collc compile` reports its baselines (collc.api.baselines);
 - collc: a schedule synthesized once per size band (bands split where sizes differ by
   more than BAND_RATIO) at the band's heaviest size, and simulated at each size of the
   band. Only bands that together cover COVERAGE of a (collective, communicator size)
@@ -27,12 +27,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from collc import frontend
 from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import Simulation, simulate
+from collc.api import baselines, time_collective
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
-from collc.ir.topology import Node, NodeKind, Topology
+from collc.ir.topology import Topology
 from collc.profile.mix import P2P, Mix, per_iteration
 
 # Sizes within this factor of a band's smallest size share the band's schedule.
@@ -178,19 +180,6 @@ def parse_rank_map(text: str) -> list[int]:
     return ranks
 
 
-def sub_topology(topology: Topology, gpus: tuple[int, ...]) -> Topology:
-    """The sub-cluster of `gpus` (topology GPU ranks; the i-th becomes rank i): those
-    GPUs, every switch and NIC, and the links among them."""
-    if tuple(gpus) == tuple(range(topology.num_ranks)):
-        return topology
-    chosen = [topology.gpu(g) for g in gpus]
-    keep = {n.name for n in chosen} | {n.name for n in topology.nodes if n.kind is not NodeKind.GPU}
-    nodes = tuple(Node(n.name, NodeKind.GPU, i) for i, n in enumerate(chosen)) + tuple(
-        n for n in topology.nodes if n.kind is not NodeKind.GPU)
-    links = tuple(l for l in topology.links if l.src in keep and l.dst in keep)
-    return Topology(f"{topology.name}[{','.join(map(str, gpus))}]", nodes, links, topology.description)
-
-
 class Placer:
     """Global ranks -> sub-topologies, cached per GPU set."""
 
@@ -215,7 +204,7 @@ class Placer:
     def place(self, ranks: tuple[int, ...]) -> Placement:
         gpus = tuple(self.gpu_of(r) for r in ranks)
         if gpus not in self._cache:
-            self._cache[gpus] = Placement(gpus, sub_topology(self.topology, gpus))
+            self._cache[gpus] = Placement(gpus, self.topology.restricted_to(gpus))
         return self._cache[gpus]
 
 
@@ -245,6 +234,9 @@ def demand(mix: Mix, placer: Placer) -> tuple[dict[tuple[str, tuple[int, ...], i
             ends = _p2p_ends(j)
             if ends is None:
                 skipped["Send/Recv with an unknown peer"] += 1
+                continue
+            if ends[0] == ends[1]:  # no link carries it, and a sub-cluster holds each GPU once
+                skipped["Send/Recv of a rank with itself"] += 1
                 continue
             key = ("broadcast", ends, f.bytes)
         elif j.collective in _MODELED:
@@ -307,46 +299,39 @@ def make_bands(sizes: dict[int, float], collective: str, nranks: int) -> list[Ba
 
 # --- timing ---------------------------------------------------------------------------------
 
-def _collective(name: str, nranks: int) -> Collective:
+def stdlib_collective(name: str, nranks: int) -> Collective:
     """The stdlib collective, as `collc compile --collective NAME` resolves it."""
-    from collc import frontend
-
     return frontend.resolve_collective(name, nranks)
 
 
 def _baseline(topology: Topology, coll: Collective, size: int) -> tuple[str, float, Simulation]:
     """The fastest stdlib algorithm, as `collc compile` reports baselines, and its simulation."""
-    from collc import frontend
-    from collc.driver import CompileJob, baselines_for
-
-    baselines = baselines_for(CompileJob(topology, coll, size))
-    timed = [b for b in baselines if b.time_s is not None]
-    if not baselines:
+    candidates = baselines(topology, coll, size)
+    timed = [b for b in candidates if b.time_s is not None]
+    if not candidates:
         raise CollcError(f"no standard-library algorithm (NCCL-style baseline) for {coll.name}")
     if not timed:
-        reasons = "; ".join(f"{b.name}: {b.error}" for b in baselines)
+        reasons = "; ".join(f"{b.name}: {b.error}" for b in candidates)
         raise CollcError(f"no standard-library algorithm for {coll.name} runs on {topology.name} ({reasons})")
     best = min(timed, key=lambda b: b.time_s)
-    sched = frontend.instantiate_algorithm(best.name, topology, coll)
-    sim = simulate(sched, topology, size)
+    run = time_collective(topology, coll, size, algorithm=best.name)
+    sim = run.simulation
     if sim.time_s > best.time_s * (1 + 1e-9):  # the baseline's time came from fair sharing
-        sim = simulate(sched, topology, size, sharing="fair")
+        sim = simulate(run.schedule, topology, size, sharing="fair")
     return best.name, best.time_s, sim
 
 
 def synthesize_band(band: Band, placement: Placement, seconds: float) -> None:
     """Synthesize the band's schedule at its heaviest size (sets band.schedule or band.error)."""
-    from collc.driver import CompileJob, produce_schedule
-
-    coll = _collective(band.collective, band.nranks)
+    coll = stdlib_collective(band.collective, band.nranks)
     pipeline = f"synthesize{{method=auto time_limit={seconds:g} progress=false}}"
-    job = CompileJob(placement.topology, coll, band.representative, pipeline=pipeline)
     try:
-        unit, solver = produce_schedule(job, max_ops=OPS_PER_RANK * band.nranks)
+        run = time_collective(placement.topology, coll, band.representative, pipeline=pipeline,
+                              max_ops=OPS_PER_RANK * band.nranks)
     except CollcError as err:
         band.error = err.message
         return
-    band.unit, band.schedule, band.solver = unit, unit.schedule, solver
+    band.unit, band.schedule, band.solver = run.unit, run.schedule, run.solver
 
 
 def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None,
@@ -358,7 +343,7 @@ def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None,
     unmodeled: dict[str, float] = defaultdict(float)
     for (name, ranks, size), (calls, weight) in sorted(wanted.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         placement = placer.place(ranks)
-        coll = _collective(name, len(ranks))
+        coll = stdlib_collective(name, len(ranks))
         try:
             base_name, base_s, base_sim = _baseline(placement.topology, coll, size)
             bound = lower_bounds(placement.topology, coll, size).best_s

@@ -1,4 +1,4 @@
-"""`--plot DIR`: the mix as pictures (PNG and SVG, matplotlib's Agg backend).
+"""`--plot DIR`: the mix as pictures (PNG and SVG, matplotlib as collc.render.plots sets it up).
 
 - sizes.png: for each collective, how its weight (measured time, or bytes where the
   trace has no times) spreads over message sizes, in power-of-two bins;
@@ -10,31 +10,25 @@ Every file is written atomically.
 
 from __future__ import annotations
 
-import io
 import math
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-import numpy as np  # noqa: E402
+from collc.profile.mix import Mix, human_bytes
+from collc.profile.model import ModelResult
+from collc.render.plots import pyplot, save_figure
 
-from collc.io import atomic_write  # noqa: E402
-from collc.profile.mix import Mix, human_bytes  # noqa: E402
-from collc.profile.model import ModelResult  # noqa: E402
 
-COLORS = plt.get_cmap("tab10").colors
+def _colors() -> tuple:
+    """matplotlib's tab10 palette (matplotlib is imported on the first picture)."""
+    return pyplot().get_cmap("tab10").colors
 
 
 def _save(fig, directory: Path, stem: str) -> list[Path]:
-    out = []
-    for fmt in ("png", "svg"):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=fmt, dpi=120, bbox_inches="tight")
-        out.append(atomic_write(directory / f"{stem}.{fmt}", buf.getvalue()))
-    plt.close(fig)
+    out = [save_figure(fig, directory / f"{stem}.{fmt}", dpi=120, bbox_inches="tight") for fmt in ("png", "svg")]
+    pyplot().close(fig)
     return out
 
 
@@ -52,10 +46,10 @@ def plot_sizes(mix: Mix, directory: Path) -> list[Path]:
     names = sorted(per, key=lambda c: -sum(per[c].values()))
     if not names:
         return []
-    fig, axes = plt.subplots(len(names), 1, figsize=(8, 1.2 + 2.0 * len(names)), squeeze=False)
+    fig, axes = pyplot().subplots(len(names), 1, figsize=(8, 1.2 + 2.0 * len(names)), squeeze=False)
     lo = min(min(d) for d in per.values())
     hi = max(max(d) for d in per.values())
-    for ax, name, color in zip(axes[:, 0], names, COLORS * 4):
+    for ax, name, color in zip(axes[:, 0], names, _colors() * 4):
         bins = list(range(lo, hi + 1))
         ax.bar(bins, [per[name].get(b, 0.0) for b in bins], color=color, width=0.8)
         ax.set_title(name, loc="left", fontsize=10)
@@ -78,9 +72,9 @@ def plot_share(mix: Mix, directory: Path) -> list[Path]:
     data = np.zeros((len(comms), len(colls)))
     for row in mix.rows:
         data[comms.index(row.communicator), colls.index(row.collective)] += mix.weight(row) / div
-    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.5 * len(comms)))
+    fig, ax = pyplot().subplots(figsize=(8, 1.5 + 0.5 * len(comms)))
     left = np.zeros(len(comms))
-    for k, (name, color) in enumerate(zip(colls, COLORS * 4)):
+    for k, (name, color) in enumerate(zip(colls, _colors() * 4)):
         ax.barh(range(len(comms)), data[:, k], left=left, color=color, label=name)
         left += data[:, k]
     labels = []
@@ -117,7 +111,7 @@ def plot_links(result: ModelResult, directory: Path) -> list[Path]:
         mats[which] = m
     vmax = max(np.nanmax(m) for m in mats.values()) or 1.0
     size = max(5.0, 0.35 * len(nodes) + 2)
-    fig, axes = plt.subplots(1, 2, figsize=(2 * size + 1.5, size))
+    fig, axes = pyplot().subplots(1, 2, figsize=(2 * size + 1.5, size))
     titles = {"baseline": f"NCCL-style baseline: {result.total('baseline') * 1e6:,.0f} us/iter",
               "collc": f"collc schedules: {result.total('collc') * 1e6:,.0f} us/iter"}
     for ax, which in zip(axes, ("baseline", "collc")):

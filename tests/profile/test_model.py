@@ -4,21 +4,9 @@ import pytest
 
 from collc import frontend
 from collc.diagnostics import CollcError
-from collc.ir.topology import NodeKind
 from collc.profile.library import band_ranges
-from collc.profile.model import Band, Placer, make_bands, sub_topology
+from collc.profile.model import Band, Placer, make_bands
 from collc.profile.replay import command_for
-
-
-def test_sub_topology_keeps_members_switches_and_their_links():
-    topo = frontend.resolve_topology("dgx_h100")
-    sub = sub_topology(topo, (4, 6))
-    assert [(g.name, g.rank) for g in sub.gpus] == [("node[0].g[4]", 0), ("node[0].g[6]", 1)]
-    assert {n.kind for n in sub.nodes} == {NodeKind.GPU, NodeKind.SWITCH, NodeKind.NIC}
-    names = {n.name for n in sub.nodes}
-    assert all(l.src in names and l.dst in names for l in sub.links)
-    assert not any("node[0].g[5]" in (l.src, l.dst) for l in sub.links)
-    assert sub_topology(topo, tuple(range(8))) is topo
 
 
 def test_placer_rank_map_and_errors():
@@ -95,3 +83,17 @@ def test_a_baseline_that_does_not_fit_the_cluster_says_why():
         _baseline(fe.resolve_topology("dgx1"), fe.resolve_collective("alltoall", 8), 1 << 20)
     name, t, sim = _baseline(fe.resolve_topology("hgx_h100"), fe.resolve_collective("alltoall", 8), 256 << 20)
     assert name == "direct" and sim.time_s == pytest.approx(t)  # the simulation the time came from
+
+
+def test_a_send_of_a_rank_to_itself_is_left_out_with_a_note():
+    from collc.profile.mix import build_mix
+    from collc.profile.model import demand
+    from collc.profile.records import CollectiveCall
+
+    calls = [CollectiveCall("f", "l", kind, rank=1, peer=peer, communicator="p2p", bytes=1 << 20,
+                            duration_us=10.0, start_us=float(i))
+             for i, (kind, peer) in enumerate((("send", 1), ("recv", 1), ("send", 2), ("recv", 0)))]
+    mix = build_mix(calls, world_size=4)
+    wanted, notes = demand(mix, Placer(frontend.resolve_topology("dgx1"), None))
+    assert all(len(set(ranks)) == len(ranks) for _, ranks, _ in wanted)
+    assert any("Send/Recv of a rank with itself" in n for n in notes)
