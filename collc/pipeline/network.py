@@ -11,18 +11,15 @@ library's ring algorithm (NCCL's choice) and once with collc's synthesized sched
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import sys
 from dataclasses import dataclass
-from typing import Iterator
 
 from collc.analysis.simulate import Router, simulate
 from collc.diagnostics import CollcError
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import Node, NodeKind, Topology
 from collc.ir.pipeline import GradientCollective, PipelineJob
+from collc.native_output import native_stdout_to_stderr
 from collc.pipeline.schedules import ScheduleOrder
 from collc.pipeline.timeline import StageCosts
 
@@ -69,32 +66,12 @@ def _collective_s(topology: Topology, kind: str, nbytes: int, synthesized: bool)
 
     collective = frontend.resolve_collective(kind, topology.num_ranks)
     if synthesized:
-        with _stdout_to_stderr():
+        with native_stdout_to_stderr():
             unit, _ = produce_schedule(CompileJob(topology, collective, nbytes, pipeline="synthesize"))
         schedule = unit.schedule
     else:
         schedule = frontend.instantiate_algorithm("ring", topology, collective)
     return simulate(schedule, topology, nbytes).time_s
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Send what the solver library prints (its banner, written by C++ to file
-    descriptor 1) to stderr, so that `collc pipeline --json` prints only JSON."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # stdout replaced (tests): nothing to protect
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(fd)
-    try:
-        os.dup2(sys.stderr.fileno(), fd)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, fd)
-        os.close(saved)
 
 
 def gradient_times(job: PipelineJob, synthesize: bool) -> tuple[CollectiveTimes, ...]:
