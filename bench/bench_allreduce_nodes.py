@@ -23,7 +23,8 @@ from pathlib import Path
 from collc.analysis.bounds import lower_bounds
 from collc.frontend import resolve_topology
 from collc.ir.collective import standard
-from collc.synthesis.core import SynthesisOptions, synthesize
+from collc.synthesis.core import synthesize
+from collc.synthesis.options import SynthesisOptions
 
 GIB = 1 << 30
 OPS_PER_RANK = 1024  # the MSCCL XML backend's op budget

@@ -39,6 +39,7 @@ import hashlib, json, sys, time
 from collc import frontend
 from collc.ir.heap import few_collections
 import collc.synthesis.core as core
+from collc.synthesis.options import SynthesisOptions
 spent = []
 search = core.synthesize_copies
 def timed(*a, **k):
@@ -51,7 +52,7 @@ core.synthesize_copies = timed
 topo = frontend.resolve_topology(sys.argv[1], None)
 coll = frontend.resolve_collective(sys.argv[2], topo.num_ranks, None)
 with few_collections():
-    r = core.synthesize(topo, coll, int(sys.argv[3]), core.SynthesisOptions(progress=False))
+    r = core.synthesize(topo, coll, int(sys.argv[3]), SynthesisOptions(progress=False))
 digest = hashlib.sha256(repr([(o.id, o.kind.value, tuple(o.src), tuple(o.dst), o.count, o.deps, o.step, o.route)
                               for o in r.schedule.ops]).encode()).hexdigest()
 print(json.dumps({"cpu_s": sum(spent), "estimate_s": r.estimate_s, "ops_sha256": digest}))

@@ -29,7 +29,8 @@ def run_one(nodes: int, collective: str = "allgather") -> dict:
     from collc.analysis.simulate import simulate
     from collc.frontend import resolve_topology
     from collc.ir.collective import standard
-    from collc.synthesis.core import SynthesisOptions, synthesize
+    from collc.synthesis.core import synthesize
+    from collc.synthesis.options import SynthesisOptions
 
     row: dict = {"nodes": nodes, "gpus": 8 * nodes, "collective": collective, "load_before": os.getloadavg()[0]}
     t = time.perf_counter()

@@ -85,6 +85,7 @@ import networkx as nx
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+import collc.analysis.symmetry as symmetry
 from collc.analysis.demand import (
     Requirement, disjoint_requirements, greedy_disjoint, pairwise_disjoint, requirements,
 )
@@ -881,7 +882,7 @@ class _CutModel:
 
     def _orbit_representatives(self) -> list[int]:
         """GPU nodes to start the flow searches from: one per orbit of the topology's
-        automorphisms (identical nodes and rails, collc.synthesis.symmetry) that also
+        automorphisms (identical nodes and rails, collc.analysis.symmetry) that also
         map the requirements onto themselves. A search from another GPU of the orbit
         finds the images of the same sets, with the same ratios; leaving it out loses
         nothing, and at 1,024 GPUs it saves two thousand max-flows."""
@@ -892,8 +893,6 @@ class _CutModel:
         """For every node, the smallest node its orbit (as above) holds."""
         if self._orbits is not None:
             return self._orbits
-        from collc.synthesis.symmetry import generators
-
         size = len(self.names)
         parent = np.arange(size)
 
@@ -902,7 +901,7 @@ class _CutModel:
                 v = int(parent[v])
             return v
 
-        gens = generators(self.topology)
+        gens = symmetry.generators(self.topology)
         groups = {(frozenset(opts), frozenset(need), w) for opts, need, w in self.groups} if gens else set()
         for g in gens:
             image = {(frozenset(tuple(sorted(int(g[n]) for n in a)) for a in opts),

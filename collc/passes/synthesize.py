@@ -7,8 +7,9 @@ from dataclasses import dataclass, replace
 
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, PipelineError, register_pass
-from collc.synthesis.core import Method, SynthesisOptions, synthesize
+from collc.synthesis.core import synthesize
 from collc.synthesis.nodes import OverNodes
+from collc.synthesis.options import Method, SynthesisOptions
 
 
 @register_pass

@@ -11,12 +11,8 @@ library's ring algorithm (NCCL's choice) and once with collc's synthesized sched
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import sys
 from dataclasses import dataclass
-from typing import Iterator
 
 from collc import frontend
 from collc.analysis.simulate import Router
@@ -25,6 +21,7 @@ from collc.diagnostics import CollcError
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import Topology
 from collc.ir.pipeline import GradientCollective, PipelineJob
+from collc.native_output import native_stdout_to_stderr
 from collc.pipeline.schedules import ScheduleOrder
 from collc.pipeline.timeline import StageCosts
 
@@ -58,28 +55,8 @@ def _collective_s(topology: Topology, kind: str, nbytes: int, synthesized: bool)
     collective = frontend.resolve_collective(kind, topology.num_ranks)
     if not synthesized:
         return time_collective(topology, collective, nbytes, algorithm="ring").time_s
-    with _stdout_to_stderr():
+    with native_stdout_to_stderr():
         return time_collective(topology, collective, nbytes, pipeline="synthesize").time_s
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Send what the solver library prints (its banner, written by C++ to file
-    descriptor 1) to stderr, so that `collc pipeline --json` prints only JSON."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # stdout replaced (tests): nothing to protect
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(fd)
-    try:
-        os.dup2(sys.stderr.fileno(), fd)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, fd)
-        os.close(saved)
 
 
 def gradient_times(job: PipelineJob, synthesize: bool) -> tuple[CollectiveTimes, ...]:

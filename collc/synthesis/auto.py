@@ -11,24 +11,32 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from collc.analysis.bounds import lower_bounds
 from collc.diagnostics import CollcError, SolverError
 from collc.ir.collective import Collective
-from collc.synthesis.core import Candidate, Method, SynthesisOptions, chunk_choices, problem_for, realize
+from collc.synthesis.candidates import (MIN_PIPELINED_SLOT, Candidate, Result, chunk_choices, problem_for, realize,
+                                       to_result)
+from collc.synthesis.lp import solve_lp
+from collc.synthesis.milp import solve_milp
 from collc.synthesis.network import Network
+from collc.synthesis.options import Method, SynthesisOptions
 from collc.synthesis.plan import Plan, SolveStats, Status
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
+from collc.synthesis.rounds import solve_rounds
 from collc.synthesis.solver import Deadline
+from collc.synthesis.steady.colgen import SPREADS
+from collc.synthesis.steady.pipelining import pipeline_fill, pipelined_plan
+from collc.synthesis.steady.rates import solve_rates
+from collc.synthesis.steady.solution import NotApplicable
 from collc.synthesis.timexp import EpochGrid, State, greedy, make_grid
 
 # The exact MILP is tried while chunk x route x epoch stays below this.
 MILP_VARIABLES = 40_000
 # Rounds are tried while one epoch of the model (chunks x routes) stays below this.
 ROUNDS_VARIABLES = 200_000
-# Pipelining stops splitting chunks below this size: per-transfer costs the alpha-beta
-# model leaves out (kernel steps, synchronization) would dominate smaller ones.
-MIN_PIPELINED_SLOT = 32 * 1024
-# ... and when a doubling gains less than this fraction.
+# Pipelining stops splitting chunks below MIN_PIPELINED_SLOT (collc.synthesis.candidates),
+# and when a doubling gains less than this fraction.
 MIN_GAIN = 0.002
 # The share of the time auto gives the steady-state method before trying the others.
 STEADY_SHARE = 0.85
@@ -50,22 +58,14 @@ CHEAP_OPS = 40_000
 def run_method(method: Method, problem: Problem, options: SynthesisOptions, deadline: Deadline,
                progress: Progress, grid: EpochGrid | None = None) -> Plan:
     if method is Method.STEADY:
-        from collc.synthesis.steady import pipelined_plan, solve_rates
-
         rates = solve_rates(problem, options.solver, deadline, progress)
         return pipelined_plan(problem, rates, options.solver, deadline)
     grid = grid or make_grid(problem)
     if method is Method.MILP:
-        from collc.synthesis.milp import solve_milp
-
         return solve_milp(problem, grid, options.solver, deadline, progress, epochs=options.epochs)
     if method is Method.LP:
-        from collc.synthesis.lp import solve_lp
-
         return solve_lp(problem, grid, options.solver, deadline, progress)
     if method is Method.ROUNDS:
-        from collc.synthesis.rounds import solve_rounds
-
         return solve_rounds(problem, grid, options.solver, deadline, progress, window=options.epochs)
     if method is Method.GREEDY:
         state = State.initial(problem)
@@ -73,6 +73,13 @@ def run_method(method: Method, problem: Problem, options: SynthesisOptions, dead
         return Plan(problem, tuple(transfers), "greedy", Status.FEASIBLE, state.finish_epoch(),
                     SolveStats(seconds=deadline.elapsed()), {"epoch_seconds": grid.tau})
     raise CollcError(f"unknown synthesis method '{method.value}'")
+
+
+def synthesize_copies(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
+                      deadline: Deadline, progress: Progress) -> Result:
+    """A collective without reductions: the chosen candidate as a result."""
+    cand = choose(network, collective, size_bytes, options, deadline, progress)
+    return to_result(cand, collective, network.topology, deadline)
 
 
 def choose(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
@@ -89,8 +96,6 @@ def choose(network: Network, collective: Collective, size_bytes: int, options: S
 
 def _auto(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
           deadline: Deadline, progress: Progress, choices: list[int] | None) -> Candidate:
-    from collc.synthesis.steady import NotApplicable
-
     base_chunks = choices[0] if choices else collective.chunks
     base = problem_for(network, collective, size_bytes, base_chunks)
     found: list[Candidate] = []
@@ -119,8 +124,6 @@ def _auto(network: Network, collective: Collective, size_bytes: int, options: Sy
 
 
 def _lower_bound(network: Network, problem: Problem, size_bytes: int) -> float:
-    from collc.analysis.bounds import lower_bounds
-
     return lower_bounds(network.topology, problem.collective, size_bytes).best_s
 
 
@@ -143,8 +146,6 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
 
     Every decision depends on counts and modelled times only, never on the clock, so the
     same input gives the same schedule on any machine; the deadline is a safety net."""
-    from collc.synthesis.steady import SPREADS, pipeline_fill, solve_rates
-
     base_chunks = choices[0] if choices else collective.chunks
     if base is None or base.collective.chunks != base_chunks:
         base = problem_for(network, collective, size_bytes, base_chunks)
@@ -221,8 +222,6 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
 
 def _pipelined(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
                deadline: Deadline, progress: Progress, rates, chunks: int, base: Problem) -> Candidate:
-    from collc.synthesis.steady import pipelined_plan
-
     progress.stage(f"steady: pipelining {chunks} chunks per rank")
     problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
     deadline.work.candidates += 1

@@ -30,12 +30,14 @@ from dataclasses import replace
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, allgather, broadcast, standard
-from collc.ir.schedule import Buffer, Loc, Op, OpKind
+from collc.ir.schedule import Buffer, Op
 from collc.ir.topology import Topology
 from collc.synthesis import direct, nodes
-from collc.synthesis.core import Candidate, Result, SynthesisOptions
-from collc.synthesis.extract import OpList, arrival_trees
+from collc.synthesis.auto import choose, synthesize_copies
+from collc.synthesis.candidates import Candidate, Result, to_result
+from collc.synthesis.halves import gather_ops, reduction_ops
 from collc.synthesis.network import Network, reversed_topology
+from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.plan import Plan, combined_status
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
@@ -85,9 +87,6 @@ def synthesize_with_reductions(topology: Topology, collective: Collective, size_
 
 def _compose(topology: Topology, collective: Collective, size_bytes: int,
              options: SynthesisOptions, deadline: Deadline, progress: Progress) -> Result:
-    from collc.synthesis.auto import choose
-    from collc.synthesis.core import to_result
-
     kind = reduction_kind(collective)
     groups = nodes.wanted(topology, collective, options)
     if groups is not None:
@@ -144,7 +143,6 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
 
 def _part_synthesizer(deadline: Deadline, progress: Progress):
     """Synthesis of a sub-problem (a node's or a rail's) for collc.synthesis.nodes."""
-    from collc.synthesis.core import synthesize_copies
 
     def part(topology: Topology, collective: Collective, size_bytes: int, options: SynthesisOptions) -> Result:
         if collective.has_reduction:
@@ -175,92 +173,3 @@ def _start_order(ops: tuple[Op, ...]) -> dict[tuple[int, int, int], int] | None:
         if op.is_transfer:
             order.setdefault((chunk[0], chunk[1], op.dst.rank), place)
     return order
-
-
-def reduction_ops(plan: Plan, kind: CollectiveKind, network: Network,
-                   order: dict[tuple[int, int, int], int] | None = None
-                   ) -> tuple[list[Op], tuple[int, ...], dict[int, int]]:
-    """Reductions that run the copy plan backwards: in the reverse of `order` (see
-    `_start_order`) where given, else of the plan's steps. Returns the ops, scratch
-    slots per rank, and per result index the op that completes it at its root."""
-    problem = plan.problem
-    coll = problem.collective
-    chunks = coll.chunks
-    ranks = problem.ranks
-    trees = arrival_trees(plan)
-    when = [[e.step for e in tree] for tree in trees]
-    if order is not None:
-        try:
-            when = [[order[(*com.chunk, e.dst)] for e in tree] for com, tree in zip(problem.commodities, trees)]
-        except KeyError:
-            pass  # the schedule does not follow the plan's trees: keep the plan's steps
-    horizon = 1 + max((w for ws in when for w in ws), default=0)
-    scratch = [0] * ranks
-    ops: list[Op] = []
-    chain: dict[tuple[int, int], int] = {}  # (rank, index) -> last op that wrote its accumulator
-    acc: dict[tuple[int, int], Loc] = {}
-    edges: list[tuple[int, int, int, int, tuple[str, ...]]] = []  # (reversed step, index, child, parent, route)
-    root_of: dict[int, int] = {}
-    for k, com in enumerate(problem.commodities):
-        owner, i = com.chunk
-        index = i if kind is CollectiveKind.REDUCE else owner * chunks + i
-        root_of[index] = owner
-        parents = {e.src for e in trees[k]}
-        for v in sorted(parents):
-            if v == owner:
-                out = i if kind is CollectiveKind.REDUCESCATTER else index
-                acc[(v, index)] = Loc(v, Buffer.OUTPUT, out)
-            elif kind is CollectiveKind.ALLREDUCE:
-                acc[(v, index)] = Loc(v, Buffer.OUTPUT, index)
-            else:
-                acc[(v, index)] = Loc(v, Buffer.SCRATCH, scratch[v])
-                scratch[v] += 1
-        if owner not in parents:  # the root has no children: nothing to gather but its own part
-            out = i if kind is CollectiveKind.REDUCESCATTER else index
-            acc[(owner, index)] = Loc(owner, Buffer.OUTPUT, out)
-        for e, w in zip(trees[k], when[k]):
-            nodes = tuple(reversed(plan.problem.network.routes[e.route].nodes))
-            edges.append((horizon - w, index, e.dst, e.src, nodes))
-    for (v, index), loc in sorted(acc.items()):
-        ops.append(Op(len(ops), OpKind.COPY, Loc(v, Buffer.INPUT, index), loc, step=0))
-        chain[(v, index)] = ops[-1].id
-    for step, index, child, parent, route in sorted(edges):
-        src = acc.get((child, index), Loc(child, Buffer.INPUT, index))
-        deps = {chain[(parent, index)]}
-        if (child, index) in chain:
-            deps.add(chain[(child, index)])
-        ops.append(Op(len(ops), OpKind.REDUCE, src, acc[(parent, index)], deps=tuple(sorted(deps)), step=step,
-                      route=route))
-        chain[(parent, index)] = ops[-1].id
-    done = {index: chain[(owner, index)] for index, owner in root_of.items()}
-    return ops, tuple(scratch), done
-
-
-def gather_ops(base: OpList, chunks: int, ready: dict[int, int], first_id: int, after: int | dict[int, int]
-                ) -> tuple[list[Op], tuple[int, ...]]:
-    """The AllGather half of an AllReduce, from the AllGather's list-scheduled ops: chunk
-    j leaves its root's output slot j (where its reduction ended) once that reduction
-    is complete. Its order keys come after `after`, the reductions' last; or, where
-    `after` maps each chunk to an offset, each chunk's keys are moved by its own."""
-    out: list[Op] = []
-    renumber: dict[int, int] = {}
-    index_of: dict[int, int] = {}  # op id in `base` -> the chunk it carries
-    for op in base.ops:
-        src, deps = op.src, tuple(renumber[d] for d in op.deps)
-        if src.buffer is Buffer.INPUT:
-            index = src.rank * chunks + src.index
-            index_of[op.id] = index
-            if op.dst == Loc(src.rank, Buffer.OUTPUT, index):
-                continue  # the root's own slot already holds the reduced chunk
-            src = Loc(src.rank, Buffer.OUTPUT, index)
-            deps = deps + (ready[index],)
-        else:
-            index = index_of[op.id] = index_of[op.deps[0]]  # a relay: the op that filled its source
-        shift = after if isinstance(after, int) else after[index]
-        # Built field by field: dataclasses.replace costs several times as much, and
-        # there is one op per transfer.
-        new = Op(first_id + len(out), op.kind, src, op.dst, op.count, tuple(sorted(set(deps))), op.step + shift,
-                 op.route, op.origin)
-        renumber[op.id] = new.id
-        out.append(new)
-    return out, base.scratch

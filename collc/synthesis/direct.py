@@ -5,7 +5,7 @@ AllGather each alone and runs one after the other, so the AllReduce takes the su
 their times. Where the two halves are limited by different links, that sum is more
 than the links need: on dgx2(chassis=2) the InfiniBand links enter only even GPUs, so
 the odd GPUs' ingress limits the AllGather, while the reductions could send fewer
-partial sums into them. Here one tree-packing LP (collc.synthesis.steady,
+partial sums into them. Here one tree-packing LP (collc.synthesis.steady.trees,
 joint_tree_rates) chooses, for every GPU's chunk, reduction trees (spanning trees of the
 reversed topology, run backwards) and gathering trees from the same GPU, with every
 link's load the sum of both. Its time is the time of both halves running at once.
@@ -26,18 +26,24 @@ from typing import Any
 
 import numpy as np
 
+from collc.analysis.bounds import lower_bounds
 from collc.diagnostics import SolverError
 from collc.ir.collective import Collective, CollectiveKind, allgather, standard
 from collc.ir.schedule import Buffer
 from collc.ir.topology import Topology
-from collc.synthesis.core import Candidate, Method, SynthesisOptions, problem_for
+from collc.synthesis.candidates import MIN_PIPELINED_SLOT, Candidate, problem_for
 from collc.synthesis.extract import copy_ops
+from collc.synthesis.halves import gather_ops, reduction_ops
 from collc.synthesis.network import Network
+from collc.synthesis.options import Method, SynthesisOptions
 from collc.synthesis.plan import Plan, Transfer, combined_status
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
-from collc.synthesis.steady import SPREADS, PacedTransfers, RateSolution, joint_tree_rates, paced_transfers
+from collc.synthesis.steady.colgen import SPREADS
+from collc.synthesis.steady.pipelining import PacedTransfers, paced_transfers
+from collc.synthesis.steady.solution import NotApplicable, RateSolution
+from collc.synthesis.steady.trees import joint_tree_rates
 from collc.synthesis.timing import sequence
 
 # Order keys are fluid seconds written as whole steps of T / KEY_STEPS: fine enough that
@@ -50,8 +56,8 @@ KEY_STEPS = 10**8
 # saturated catches up. dgx2(chassis=2), 64 pieces: 0 gives 1.078 x the bound, 0.01
 # 1.044, 0.1 1.052, 0.3 1.081; T together stays at the bound throughout.
 ALONE_WEIGHT = 0.01
-# How far ahead of its pace a transfer to a forwarding rank goes (steady.RELAY_LEAD for
-# one collective). Here both halves share the links and a lead holds back the other
+# How far ahead of its pace a transfer to a forwarding rank goes (steady.pipelining.RELAY_LEAD
+# for one collective). Here both halves share the links and a lead holds back the other
 # half: dgx2(chassis=2), 128 pieces: 0.05 gives 1.025, 0.2 1.040 (0, 0.05, 0.1, 0.2 at
 # 64 pieces: 1.043, 1.037, 1.042, 1.044).
 DIRECT_LEAD = 0.05
@@ -86,8 +92,6 @@ def piece_counts(collective: Collective, size_bytes: int, options: SynthesisOpti
     reduction and a copy per GPU and piece in every other GPU's chunk) keep within
     max_ops and whose pieces are at least MIN_PIPELINED_SLOT, and half of it. The
     requested chunk count only, where one is given."""
-    from collc.synthesis.auto import MIN_PIPELINED_SLOT
-
     if options.chunks:
         return [options.chunks]
     ranks = collective.ranks
@@ -103,8 +107,6 @@ def direct_candidate(forward: Network, backward: Network, collective: Collective
                      rates: JointRates, options: SynthesisOptions, deadline: Deadline,
                      progress: Progress) -> Candidate:
     """The pipelined direct AllReduce at `chunks` pieces per GPU's chunk, list-scheduled."""
-    from collc.synthesis.compose import gather_ops, reduction_ops
-
     progress.stage(f"allreduce: pipelining {chunks} pieces per chunk, both halves at once")
     deadline.work.candidates += 1
     base = _base(collective)
@@ -193,9 +195,6 @@ def keep_better(composed: Candidate, topology: Topology, forward: Network, backw
     from the lower bound and the joint LP's time promises at least MIN_PROMISE less;
     every decision follows modelled times, so the answer does not depend on the
     machine. Recorded in the plan's facts either way."""
-    from collc.analysis.bounds import lower_bounds
-    from collc.synthesis.steady import NotApplicable
-
     if options.method not in (Method.AUTO, Method.STEADY) or deadline.fired():
         return composed
     bound = lower_bounds(topology, collective, size_bytes).best_s

@@ -21,7 +21,7 @@ from collc.synthesis.plan import Plan, SolveStats, Status, Transfer
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import INF, Deadline, Model, Outcome, SolverOptions, solve
-from collc.synthesis.steady import apportion
+from collc.synthesis.steady.pipelining import apportion
 from collc.synthesis.timexp import EpochGrid, State, greedy
 
 

@@ -45,8 +45,9 @@ from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, allgather, standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Node, NodeKind, Topology
-from collc.synthesis.core import Result, SynthesisOptions
+from collc.synthesis.candidates import Result
 from collc.synthesis.network import Network
+from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.plan import Status, combined_status
 from collc.synthesis.rail_ring import METHOD as RING_METHOD, NoRing, ring_allreduce
 from collc.synthesis.progress import Progress

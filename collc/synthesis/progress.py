@@ -63,6 +63,8 @@ class Progress:
         self._timer.start()
 
     def _start(self) -> None:
+        # rich is imported only once a display starts: most runs never show one, and it
+        # costs start-up time.
         from rich.console import Console
         from rich.live import Live
 

@@ -7,8 +7,6 @@ adding rows one at a time through highspy's expression API.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -17,6 +15,7 @@ from typing import Sequence
 import highspy
 import numpy as np
 
+from collc.native_output import native_stdout_discarded
 from collc.synthesis.progress import Progress
 
 INF = highspy.kHighsInf
@@ -132,20 +131,8 @@ def _quiet_highs() -> highspy.Highs:
     if _banner_shown:
         return highspy.Highs()
     _banner_shown = True
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # stdout replaced (tests): nothing to protect
+    with native_stdout_discarded():
         return highspy.Highs()
-    sys.stdout.flush()
-    saved = os.dup(fd)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-        return highspy.Highs()
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
-        os.close(devnull)
 
 
 def new_highs(options: SolverOptions, time_limit: float) -> highspy.Highs:

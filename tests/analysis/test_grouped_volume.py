@@ -17,7 +17,8 @@ from collc.analysis.simulate import simulate
 from collc.diagnostics import CollcError
 from collc.ir import ChunkId, Collective, CollectiveKind, Topology
 from collc.ir.collective import standard
-from collc.synthesis.core import Method, SynthesisOptions, synthesize
+from collc.synthesis.core import synthesize
+from collc.synthesis.options import Method, SynthesisOptions
 
 GIB = 1 << 30
 SIZE = 10**9

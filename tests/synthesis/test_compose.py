@@ -5,7 +5,8 @@ import pytest
 from collc.analysis.simulate import simulate
 from collc.ir.collective import standard
 from collc.ir.schedule import OpKind
-from collc.synthesis.core import Method, SynthesisOptions, synthesize
+from collc.synthesis.core import synthesize
+from collc.synthesis.options import Method, SynthesisOptions
 from collc.verify import verify
 from topos import ring, switch, two_chassis
 
@@ -101,7 +102,8 @@ def test_composition_leaves_the_garbage_collector_as_it_found_it(collector_on):
 def test_reductions_replay_the_copy_schedule_backwards_in_its_start_order():
     from collc.ir.collective import CollectiveKind, allgather
     from collc.synthesis.auto import choose
-    from collc.synthesis.compose import reduction_ops, _start_order
+    from collc.synthesis.compose import _start_order
+    from collc.synthesis.halves import reduction_ops
     from collc.synthesis.network import Network
     from collc.synthesis.progress import Progress
     from collc.synthesis.solver import Deadline

@@ -15,7 +15,8 @@ import topos
 
 from collc.analysis.bounds import lower_bounds
 from collc.ir.collective import standard
-from collc.synthesis.core import SynthesisOptions, synthesize
+from collc.synthesis.core import synthesize
+from collc.synthesis.options import SynthesisOptions
 
 MIB = 1 << 20
 

@@ -15,11 +15,13 @@ from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import simulate
 from collc.ir.collective import standard
 from collc.synthesis import direct
-from collc.synthesis.core import Method, SynthesisOptions, problem_for, synthesize, to_result
+from collc.synthesis.candidates import problem_for, to_result
+from collc.synthesis.core import synthesize
 from collc.synthesis.network import Network, reversed_topology
+from collc.synthesis.options import Method, SynthesisOptions
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
-from collc.synthesis.steady import paced_transfers
+from collc.synthesis.steady.pipelining import paced_transfers
 from collc.verify import verify
 from topos import dgx1, stdlib
 

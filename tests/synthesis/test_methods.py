@@ -4,7 +4,8 @@ import pytest
 
 from collc.analysis.simulate import simulate
 from collc.ir.collective import CollectiveKind, standard
-from collc.synthesis.core import Method, SynthesisOptions, synthesize
+from collc.synthesis.core import synthesize
+from collc.synthesis.options import Method, SynthesisOptions
 from topos import dgx1, ring, switch, two_chassis
 
 COPY_KINDS = ["allgather", "alltoall", "broadcast", "gather", "scatter"]

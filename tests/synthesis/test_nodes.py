@@ -17,8 +17,9 @@ from collc.ir.collective import standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import NodeKind
 from collc.passes.base import PipelineError, parse_pipeline
-from collc.synthesis.core import SynthesisOptions, synthesize
+from collc.synthesis.core import synthesize
 from collc.synthesis.nodes import batch_cuts, flat_minimum_ops, node_groups, places, sub_topology, wanted
+from collc.synthesis.options import SynthesisOptions
 from collc.verify import verify
 from topos import dgx1, dgx_h100, switch, two_chassis
 

@@ -27,11 +27,14 @@ from hypothesis import strategies as st
 from collc.analysis.bounds import lower_bounds
 from collc.ir import Link, Node, NodeKind, Topology
 from collc.ir.collective import standard
-from collc.synthesis import steady
-from collc.synthesis.core import DEFAULT_MODEL, SynthesisOptions, problem_for, realize, synthesize
+from collc.synthesis.candidates import problem_for, realize
+from collc.synthesis.core import synthesize
 from collc.synthesis.network import Network
+from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline, SolverOptions
+from collc.synthesis.steady import colgen, pipelining, rates as steady_rates, trees
+from collc.synthesis.timing import DEFAULT_MODEL
 
 GIB = 1 << 30
 DGX2 = "dgx2(chassis=2)"
@@ -43,14 +46,14 @@ def dgx2_rates():
     net = Network(topo)
     coll = standard("allgather", net.ranks)
     base = problem_for(net, coll, GIB, 1)
-    rates = steady.solve_rates(base, SolverOptions(), Deadline(600), Progress(False))
+    rates = steady_rates.solve_rates(base, SolverOptions(), Deadline(600), Progress(False))
     bound = lower_bounds(topo, coll, GIB).best_s
     return net, coll, rates, bound
 
 
 def _pipelined_ratio(net, coll, rates, bound, chunks: int) -> float:
     problem = problem_for(net, coll, GIB, chunks)
-    plan = steady.pipelined_plan(problem, rates, SolverOptions(), Deadline(600))
+    plan = pipelining.pipelined_plan(problem, rates, SolverOptions(), Deadline(600))
     return realize(plan, DEFAULT_MODEL).estimate_s / bound
 
 
@@ -64,9 +67,9 @@ def test_the_rate_lp_reaches_the_bound_on_dgx2(dgx2_rates):
 
 def test_replicated_lp_is_as_fast_as_the_whole_one(dgx2_rates):
     net, coll, replicated, _ = dgx2_rates
-    assert net.ranks >= steady.REPLICATE_FROM_RANKS
+    assert net.ranks >= steady_rates.REPLICATE_FROM_RANKS
     problem = problem_for(net, coll, GIB, 1)
-    whole = steady._tree_rates(problem, SolverOptions(), Deadline(600), Progress(False), steady.SPREADS[0])
+    whole = trees.tree_rates(problem, SolverOptions(), Deadline(600), Progress(False), colgen.SPREADS[0])
     assert whole.replicated == 0
     # A symmetric LP has a symmetric optimum: replicating loses no throughput.
     assert replicated.seconds == pytest.approx(whole.seconds, rel=1e-6)
@@ -75,7 +78,7 @@ def test_replicated_lp_is_as_fast_as_the_whole_one(dgx2_rates):
 def test_forwarded_data_ahead_of_its_pace_closes_the_gap_on_dgx2(dgx2_rates, monkeypatch):
     net, coll, rates, bound = dgx2_rates
     with_lead = _pipelined_ratio(net, coll, rates, bound, 32)
-    monkeypatch.setattr(steady, "RELAY_LEAD", 0.0)
+    monkeypatch.setattr(pipelining, "RELAY_LEAD", 0.0)
     on_pace = _pipelined_ratio(net, coll, rates, bound, 32)
     # On pace, the ranks that relay (incoming link loaded to T, outgoing to 97% of it)
     # starve in the middle and finish late: 1.031 x the bound; ahead of pace, 1.001.
@@ -104,7 +107,7 @@ def test_route_grid_tree_is_a_minimum_arborescence_over_cheapest_routes(costs, r
     net = TWO_SWITCHES
     route_cost = np.asarray(costs, dtype=float)
     nodes = (root,) + tuple(r for r in range(net.ranks) if r != root)
-    routes, depths = steady.RouteGrid(net).tree(nodes, route_cost)
+    routes, depths = trees.RouteGrid(net).tree(nodes, route_cost)
     assert max(len(rs) for rs in net.pair_routes.values()) == 2
     # Every rank but the root is reached once; each edge uses a cheapest route of its pair.
     assert sorted(net.routes[r].dst for r in routes) == sorted(nodes[1:])

@@ -28,7 +28,11 @@ from collc.synthesis.plan import SolveStats
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import INF, Deadline, SolverOptions, new_highs
+from collc.synthesis.steady.colgen import RoundDuals, column_generation, packing_lp_rows
+from collc.synthesis.steady.solution import NotApplicable, RateSolution
+from collc.synthesis.steady.trees import tree_routes
 from collc.synthesis.symmetry import Symmetry
+
 
 def class_orbits(problem: Problem, classes: dict[tuple, float], sym: Symmetry
                  ) -> dict[tuple, list[tuple[tuple, int]]] | None:
@@ -52,9 +56,7 @@ def class_orbits(problem: Problem, classes: dict[tuple, float], sym: Symmetry
 
 def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, list[tuple[tuple, int]]],
                           classes: dict[tuple, float], options: SolverOptions, deadline: Deadline,
-                          progress: Progress, spread: float, excess_price: float):
-    from collc.synthesis.steady import RateSolution
-
+                          progress: Progress, spread: float, excess_price: float) -> RateSolution:
     net = problem.network
     n_links_all = len(net.links)
     used = sorted(set(net.used_links))
@@ -81,8 +83,6 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
             orbit_use_of[ri] = use
         return use
 
-    from collc.synthesis.steady import packing_lp_rows
-
     h = new_highs(options, max(0.05, deadline.remaining()))
     packing_lp_rows(h, n_cls, n_rows, spread, excess_price)
     # Orbit row -> capacity of one of its links (all alike).
@@ -108,8 +108,6 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     nodes_of = [(key[0],) + tuple(d for d in key[1] if d != key[0]) for key in reps]
     allowed = peer_mask(sym, options.max_peers, route_src, route_dst)
     first_cost = route_time if allowed is None else np.where(allowed, route_time, np.inf)
-    from collc.synthesis.steady import NotApplicable
-
     try:
         first = [(g, *arborescence(net, nodes_of[g], first_cost, route_src, route_dst)) for g in range(n_cls)]
     except NotApplicable:
@@ -127,8 +125,6 @@ def replicated_tree_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, l
     scale = float(load.max()) or 1.0
     for g, routes, depths in first:
         add_tree(g, routes, depths)
-
-    from collc.synthesis.steady import RoundDuals, column_generation
 
     def candidates(duals: RoundDuals):
         # A route's price is the sum of its links' (the padding column costs nothing).
@@ -250,8 +246,6 @@ def arborescence(net: Network, nodes: tuple[int, ...], route_cost: np.ndarray, r
                  route_dst: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The cheapest spanning tree over `nodes` rooted at nodes[0] (ties: the lower route
     index): its routes, parents before children, and each receiver's depth."""
-    from collc.synthesis.steady import tree_routes
-
     n = len(nodes)
     pos = np.full(net.ranks, -1)
     pos[list(nodes)] = np.arange(n)

@@ -12,14 +12,17 @@ import topos
 
 from collc.analysis import bounds
 from collc.ir.collective import standard
-from collc.synthesis.core import problem_for, realize
+from collc.synthesis.candidates import problem_for, realize
 from collc.synthesis.network import Network
 from collc.synthesis.plan import Status
 from collc.synthesis.problem import build_problem
 from collc.synthesis.progress import Progress
-from collc.synthesis.replicate_flow import pair_orbits, shortest_paths
 from collc.synthesis.solver import Deadline, SolverOptions
-from collc.synthesis.steady import _class_bytes, _flow_rates, _replicated_rates, _unicast_phase, pipelined_plan
+from collc.synthesis.steady.flows import flow_rates
+from collc.synthesis.steady.pipelining import _unicast_phase, pipelined_plan
+from collc.synthesis.steady.rates import _replicated_rates
+from collc.synthesis.steady.replicated_flow import pair_orbits, shortest_paths
+from collc.synthesis.steady.solution import class_bytes
 from collc.synthesis.symmetry import find_symmetry
 from collc.synthesis.timing import DEFAULT_MODEL
 from collc.verify import verify
@@ -34,7 +37,7 @@ def test_replicated_rates_matches_the_whole_flow_lp_and_the_bound():
     rates = _replicated_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
     # One orbit of ranks: the 15 pairs of rank 0 stand for all 240.
     assert rates is not None and rates.replicated == 15 and rates.status is Status.OPTIMAL
-    whole = _flow_rates(problem, SolverOptions(), Deadline(60), Progress(False))
+    whole = flow_rates(problem, SolverOptions(), Deadline(60), Progress(False))
     assert rates.seconds == pytest.approx(whole.seconds, rel=1e-6)
     bound = bounds.lower_bounds(topo, coll, 256 * MIB).best_s
     assert rates.seconds == pytest.approx(bound, rel=1e-6)
@@ -92,7 +95,7 @@ def test_an_asymmetric_demand_keeps_the_whole_flow_lp():
     problem = build_problem(standard("gather", topo.num_ranks, 1, 3), net, 1 << 30)
     sym = find_symmetry(net)
     # (s, 3) maps back to (0, d') with d' depending on s: those pairs are not classes.
-    assert pair_orbits(_class_bytes(problem), sym, net.ranks) is None
+    assert pair_orbits(class_bytes(problem), sym, net.ranks) is None
     assert _replicated_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97) is None
 
 

@@ -8,17 +8,20 @@ import pytest
 import topos
 
 from collc.analysis import bounds
+from collc.analysis.symmetry import generators
 from collc.ir import Link
 from collc.ir.collective import standard
 from collc.ir.topology import Topology
-from collc.synthesis.core import problem_for, realize
+from collc.synthesis.candidates import problem_for, realize
 from collc.synthesis.network import Network
 from collc.synthesis.plan import Status
 from collc.synthesis.problem import build_problem
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline, SolverOptions
-from collc.synthesis.steady import _replicated_rates, _tree_rates, pipelined_plan
-from collc.synthesis.symmetry import find_symmetry, generators
+from collc.synthesis.steady.pipelining import pipelined_plan
+from collc.synthesis.steady.rates import _replicated_rates
+from collc.synthesis.steady.trees import tree_rates
+from collc.synthesis.symmetry import find_symmetry
 from collc.synthesis.timing import DEFAULT_MODEL
 from collc.verify import verify
 
@@ -55,7 +58,7 @@ def test_replicated_rates_match_the_full_lp_and_the_schedule_verifies():
     problem = build_problem(coll, Network(topo), 256 * MIB)
     rates = _replicated_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
     assert rates is not None and rates.replicated == 1 and rates.status is Status.OPTIMAL
-    full = _tree_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
+    full = tree_rates(problem, SolverOptions(), Deadline(60), Progress(False), 0.97)
     assert rates.seconds == pytest.approx(full.seconds, rel=1e-6)
     bound = bounds.lower_bounds(topo, coll, 256 * MIB).best_s
     assert rates.seconds == pytest.approx(bound, rel=1e-6)
@@ -76,7 +79,7 @@ def test_cut_search_over_orbits_finds_the_exhaustive_bound(monkeypatch):
     topo = topos.dgx_h100(4)
     coll = standard("allgather", topo.num_ranks)
     fast = bounds.lower_bounds(topo, coll, 256 * MIB)
-    import collc.synthesis.symmetry as symmetry
+    import collc.analysis.symmetry as symmetry
 
     monkeypatch.setattr(symmetry, "generators", lambda t: [])
     bounds._lower_bounds.cache_clear()
@@ -105,7 +108,8 @@ def test_a_peer_limit_keeps_each_gpu_to_few_peers_at_the_same_rate():
     """max_peers restricts the representatives' trees to node shifts below ceil(sqrt(8)) = 3
     or multiples of it; the replicated schedule then has fewer peers per GPU (the star
     over 8 nodes gives 7 + 6 = 13) and, the rail links all being alike, the same time."""
-    from collc.synthesis.core import SynthesisOptions, synthesize
+    from collc.synthesis.core import synthesize
+    from collc.synthesis.options import SynthesisOptions
 
     topo = topos.dgx_h100(8)
     coll = standard("allgather", 64)
@@ -118,7 +122,7 @@ def test_a_peer_limit_keeps_each_gpu_to_few_peers_at_the_same_rate():
 
 
 def test_peer_mask_allows_small_shifts_and_multiples_of_the_root():
-    from collc.synthesis.replicate import peer_mask
+    from collc.synthesis.steady.replicated import peer_mask
 
     net = Network(topos.dgx_h100(16))
     sym = find_symmetry(net)

@@ -6,9 +6,9 @@ GPUs of dgx_h100 that is 358,000 variables and 88 s of a two-minute compile, and
 grows as N^3. On a topology with identical nodes and rails (collc.synthesis.symmetry)
 the pair (s, d) is the image of a representative pair (r, d') under the automorphism
 that maps r to s, and averaging any flow over those automorphisms gives one as fast
-(the argument collc.synthesis.replicate makes for trees). So the LP needs paths for the
-representative pairs only, with one load row per link orbit; every other pair uses the
-images of its representative's paths.
+(the argument collc.synthesis.steady.replicated makes for trees). So the LP needs paths
+for the representative pairs only, with one load row per link orbit; every other pair
+uses the images of its representative's paths.
 
 The LP is a path formulation, grown by column generation: the link orbits' prices make
 the cheapest path from a representative source to every destination one shortest-path
@@ -28,8 +28,10 @@ import numpy as np
 from collc.synthesis.plan import SolveStats
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
-from collc.synthesis.replicate import orbit_rows
 from collc.synthesis.solver import INF, Deadline, SolverOptions, new_highs
+from collc.synthesis.steady.colgen import RoundDuals, column_generation, packing_lp_rows
+from collc.synthesis.steady.replicated import orbit_rows
+from collc.synthesis.steady.solution import NotApplicable, RateSolution
 from collc.synthesis.symmetry import Symmetry
 
 # Bellman-Ford relaxations at most: a path of more routes than this is never priced.
@@ -156,10 +158,7 @@ def shortest_paths(cost: np.ndarray, best: np.ndarray, source: int) -> dict[int,
 
 def replicated_path_rates(problem: Problem, sym: Symmetry, orbits: dict[tuple, list[tuple[tuple, int]]],
                           classes: dict[tuple, float], options: SolverOptions, deadline: Deadline,
-                          progress: Progress, spread: float, excess_price: float):
-    from collc.synthesis.steady import (NotApplicable, RateSolution, RoundDuals, column_generation,
-                                        packing_lp_rows)
-
+                          progress: Progress, spread: float, excess_price: float) -> RateSolution:
     net = problem.network
     n = net.ranks
     n_links_all = len(net.links)

@@ -1,0 +1,260 @@
+"""From rates to a pipelined plan: every class's data cut into chunks, dealt to its
+trees (or paths) in proportion to their shares, and ordered so that the list scheduler
+(collc.synthesis.timing) keeps the pipeline full."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from collc.synthesis.network import Network
+from collc.synthesis.plan import Plan, Transfer
+from collc.synthesis.problem import Problem
+from collc.synthesis.solver import INF, Deadline, Model, Outcome, SolverOptions, solve
+from collc.synthesis.steady.solution import NotApplicable, RateSolution, class_key
+
+# Branch-and-bound nodes for rounding shares to whole chunks (a work limit, not a time
+# limit, keeps the answer independent of the machine).
+ROUNDING_NODES = 500
+# Rounded counts that load the busiest link within this fraction of T need no MILP.
+ROUNDED_AT_T = 1e-9
+# A transfer whose receiver forwards the data (an inner edge of its tree) is ordered this
+# share of T ahead of its pace. A forwarding rank's outgoing links can only send what
+# has arrived: on dgx2(chassis=2) the ranks that relay are those whose incoming link is
+# loaded to exactly T and whose outgoing link to 97% of it, so data to be relayed that
+# arrives on pace leaves the outgoing link idle in the middle and behind at the end
+# (1.042 x the bound at 64 chunks; with the lead, 1.0001). Leaves feed nothing and keep
+# their pace. Measured 0.05-0.5 on dgx2(chassis=2): 0.2 and up reach the bound at 32 and 64
+# chunks; on dgx_h100(nodes=2 or 4) 0.2 is as good as none or better, 1.0 worse.
+RELAY_LEAD = 0.2
+
+
+def apportion(total: int, weights: list[float]) -> list[int]:
+    """Whole numbers proportional to `weights` that add up to `total` (largest remainder)."""
+    s = sum(weights)
+    if total <= 0 or s <= 0:
+        return [0] * len(weights)
+    exact = [total * w / s for w in weights]
+    out = [int(math.floor(e)) for e in exact]
+    rest = total - sum(out)
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - out[i]), i))
+    for i in order[:rest]:
+        out[i] += 1
+    return out
+
+
+def whole_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int], options: SolverOptions,
+                 deadline: Deadline) -> dict[tuple, list[int]]:
+    """Chunks per tree (or path), whole numbers adding up to each class's chunks, that
+    load the busiest link least: a small MILP, warm-started from rounding each share."""
+    net = problem.network
+    keys = sorted(sizes)
+    start = {key: apportion(sizes[key], [w for _, w in rates.shares[key]]) for key in keys}
+    m = Model()
+    z = m.add_var(0.0, INF, 1.0)
+    cols: dict[tuple, list[int]] = {}
+    per_link: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for key in keys:
+        cols[key] = []
+        for routes, _ in rates.shares[key]:
+            j = m.add_var(0.0, float(sizes[key]), 0.0, integer=True)
+            cols[key].append(j)
+            for ri in routes:
+                for l in net.routes[ri].links:
+                    per_link[l].append((j, problem.slot_bytes / net.links[l].capacity / rates.seconds))
+        m.add_row(cols[key], [1.0] * len(cols[key]), float(sizes[key]), float(sizes[key]))
+    for l, terms in sorted(per_link.items()):
+        merged: dict[int, float] = defaultdict(float)
+        for j, v in terms:
+            merged[j] += v
+        m.add_row(list(merged) + [z], list(merged.values()) + [-1.0], -INF, 0.0)
+    warm = np.zeros(m.num_cols)
+    for key in keys:
+        warm[cols[key]] = start[key]
+    warm[z] = 0.0
+    loads: dict[int, float] = defaultdict(float)
+    for l, terms in per_link.items():
+        loads[l] = sum(v * warm[j] for j, v in terms)
+    warm[z] = max(loads.values(), default=0.0)
+    if warm[z] <= 1 + ROUNDED_AT_T:
+        # Rounding already loads no link above T: no whole counts can do better (the
+        # LP's T is the least over every mix of these trees), so the MILP is skipped.
+        return start
+    # The node limit bounds this search; the deadline is only the pass's safety net.
+    res = solve(m, time_limit=max(0.05, deadline.remaining()), options=options, start=warm,
+                node_limit=ROUNDING_NODES, work=deadline.work)
+    if res.outcome is not Outcome.OPTIMAL and deadline.expired:
+        deadline.work.time_limit_fired = True
+    if not res.has_solution or res.objective >= warm[z]:
+        return start
+    return {key: [int(round(res.values[j])) for j in cols[key]] for key in keys}
+
+
+def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions | None = None,
+                   deadline: Deadline | None = None) -> Plan:
+    """Chunks of every class dealt to its trees (or paths) in proportion to their shares.
+
+    Each tree's chunks are spread evenly over the fluid time T: chunk j of n should be
+    everywhere by (j + 1) / n x T. A transfer's order key is that target minus the
+    longest chain of transfers still to follow it (its tail), so deep trees start early
+    and every tree drains at the same moment; a transfer to a rank that forwards the data
+    goes RELAY_LEAD x T earlier still, so that forwarding links never wait for data. The
+    list scheduler then follows the keys."""
+    paced = paced_transfers(problem, rates, options, deadline)
+    transfers = tuple(map(Transfer, paced.commodity.tolist(), paced.route.tolist(), range(len(paced.key))))
+    return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
+                {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
+                 "rate_model": rates.kind, "replicated": rates.replicated,
+                 **({"most_peers_without_limit": rates.peers_without_limit, "max_peers_applied": rates.peers_limited}
+                    if rates.peers_without_limit else {})})
+
+
+@dataclass(frozen=True)
+class PacedTransfers:
+    """A pipelined plan's transfers in order, with the order key (seconds of fluid time)
+    each was sorted by: columns of equal length."""
+
+    key: np.ndarray
+    commodity: np.ndarray
+    route: np.ndarray
+
+
+def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOptions | None = None,
+                    deadline: Deadline | None = None, lead: float | None = None) -> PacedTransfers:
+    """The transfers of `pipelined_plan`, sorted, with their order keys; a transfer to a
+    rank that forwards goes `lead` x T ahead of its pace (None: RELAY_LEAD)."""
+    lead = RELAY_LEAD if lead is None else lead
+    net = problem.network
+    slot = problem.slot_bytes
+    seconds = [r.seconds(slot) for r in net.routes]
+    by_class: dict[tuple, list[int]] = defaultdict(list)
+    for k, c in enumerate(problem.commodities):
+        if c.demand:
+            by_class[class_key(problem, k)].append(k)
+    # Per structure: its routes, depths, positions and the part of the order key that
+    # does not depend on the chunk (its tail and lead), as arrays.
+    arrays: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
+    ordered = rates.replicated > 0
+    # Columns of (order key, depth, position in its structure, commodity, route), sorted
+    # in that order. Among equal keys a structure's own order decides before the
+    # commodity: replicated trees list a rank's children rotated by the rank's place, so
+    # that the sources of a switch do not all send to the same destination first.
+    columns: list[list[np.ndarray]] = [[], [], [], [], []]
+    missing = [key for key in by_class if not rates.shares.get(key)]
+    if missing:
+        raise NotApplicable(f"the rate LP gave no route to class {missing[0]}")
+    sizes = {key: len(coms) for key, coms in by_class.items()}
+    if rates.replicated:
+        # Rounded alike for every source of an orbit, so that the replicated loads stay even.
+        whole = {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
+    elif options is not None and deadline is not None and not deadline.fired():
+        whole = whole_counts(problem, rates, sizes, options, deadline)
+    else:
+        whole = {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
+    for key, coms in sorted(by_class.items()):
+        structures = rates.shares[key]
+        counts = whole[key]
+        phase = _unicast_phase(key, problem.ranks) if rates.kind == "paths" else 1.0
+        targets = sorted(((j + phase) / n, s_idx) for s_idx, n in enumerate(counts) for j in range(n))
+        for k, (finish, s_idx) in zip(coms, targets):
+            routes = structures[s_idx][0]
+            if routes not in arrays:
+                arrays[routes] = _structure_arrays(net, routes, rates.depth[routes], seconds, rates.seconds, ordered,
+                                                   lead)
+            route_arr, depth_arr, pos_arr, tail_arr, lead_arr = arrays[routes]
+            columns[0].append(finish * rates.seconds - tail_arr - lead_arr)
+            columns[1].append(depth_arr)
+            columns[2].append(pos_arr)
+            columns[3].append(np.full(len(routes), k, dtype=np.int64))
+            columns[4].append(route_arr)
+    if not columns[0]:
+        empty = np.zeros(0, dtype=np.int64)
+        return PacedTransfers(np.zeros(0), empty, empty)
+    key_col, depth_col, pos_col, com_col, route_col = (np.concatenate(c) for c in columns)
+    order = np.lexsort((route_col, com_col, pos_col, depth_col, key_col))
+    return PacedTransfers(key_col[order], com_col[order], route_col[order])
+
+
+def _unicast_phase(key: tuple, ranks: int) -> float:
+    """Where in each of its rounds a unicast pair's chunks are due, in (0, 1].
+
+    Every pair's data flows at a steady rate, so with the same target for all of them the
+    list scheduler would serve them in commodity order: every source sending to rank 0
+    first, then rank 1, and so on, each destination's incoming links taking all the
+    senders at once (AllToAll on dgx_h100(nodes=32) at 1 chunk per pair: 1.20 x the
+    bound). Staggering the pairs by the distance from source to destination makes each
+    round a permutation, the classic shifted AllToAll: source s sends to s + 1 first,
+    then s + 2, so no destination is sent to by two sources at once."""
+    (source, (dest,)) = key[0], key[1]
+    return ((dest - source - 1) % ranks + 1) / max(ranks - 1, 1)
+
+
+def _structure_arrays(net: Network, routes: tuple[int, ...], depths: tuple[int, ...], seconds: list[float],
+                      fluid_s: float, ordered: bool, lead: float) -> tuple[np.ndarray, ...]:
+    """A structure's routes, depths, positions (all 0 unless `ordered`), tails and leads
+    as arrays: a transfer to a rank that forwards (its tail longer than its own route)
+    goes `lead` x T ahead of its pace."""
+    route_arr = np.asarray(routes, dtype=np.int64)
+    own_list = [seconds[r] for r in routes]
+    if depths == tuple(range(1, len(routes) + 1)) and _is_chain(net, routes):
+        # A path: each route's tail is its own time plus the rest of the path's, summed
+        # from the end, in the order _tails would add them.
+        tail_arr = np.cumsum(own_list[::-1])[::-1]
+    else:
+        tail_arr = np.asarray(_tails(net, routes, seconds), dtype=float)
+    own = np.array(own_list, dtype=float)
+    lead_arr = np.where(tail_arr > own * (1 + 1e-9), lead * fluid_s, 0.0)
+    pos_arr = np.arange(len(routes), dtype=np.int64) if ordered else np.zeros(len(routes), dtype=np.int64)
+    return route_arr, np.asarray(depths, dtype=np.int64), pos_arr, tail_arr, lead_arr
+
+
+def _is_chain(net: Network, routes: tuple[int, ...]) -> bool:
+    """Whether routes form one path that visits no rank twice."""
+    ends = [net.routes[r] for r in routes]
+    return (all(a.dst == b.src for a, b in zip(ends, ends[1:]))
+            and len({e.dst for e in ends} | {ends[0].src}) == len(ends) + 1)
+
+
+def pipeline_fill(net: Network, rates: RateSolution, slot_bytes: float) -> float:
+    """Seconds from a structure's first send until its first chunk has reached every
+    rank, the longest over the structures: about what the pipeline's fill and drain add
+    to the fluid time T at this chunk size."""
+    seconds = [r.seconds(slot_bytes) for r in net.routes]
+    worst = 0.0
+    every = rates.representative_structures or [routes for structures in rates.shares.values()
+                                                  for routes, _ in structures]
+    for routes in every:
+        tails = _tails(net, routes, seconds)
+        root = net.routes[routes[0]].src
+        # The root sends to its children one after another, like every other rank.
+        below, busy = 0.0, 0.0
+        firsts = [i for i, r in enumerate(routes) if net.routes[r].src == root]
+        for i in sorted(firsts, key=lambda i: -tails[i]):
+            below = max(below, busy + tails[i])
+            busy += seconds[routes[i]]
+        worst = max(worst, below)
+    return worst
+
+
+def _tails(net: Network, routes: tuple[int, ...], seconds: list[float]) -> list[float]:
+    """For each route of a tree or path (parents first), the time from its start until
+    the chunk has reached every rank below it. A rank sends to its children one after
+    another, so the sends ahead of a child in that order count too."""
+    children: dict[int, list[int]] = defaultdict(list)  # position of a route -> its children's positions
+    parent_pos = {net.routes[r].dst: i for i, r in enumerate(routes)}
+    for i, r in enumerate(routes):
+        p = parent_pos.get(net.routes[r].src)
+        if p is not None:
+            children[p].append(i)
+    tail = [0.0] * len(routes)
+    for i in range(len(routes) - 1, -1, -1):
+        below, busy = 0.0, 0.0
+        # Serve the deepest subtrees first: that order gives the shortest finish.
+        for c in sorted(children[i], key=lambda c: -tail[c]):
+            below = max(below, busy + tail[c])
+            busy += seconds[routes[c]]
+        tail[i] = seconds[routes[i]] + below
+    return tail
