@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from collc.harvest import HarvestClient
+from collc.harvest.cgroups import TaskCgroups
 
 from harvest_support import spec, spin, train, wait_paused
 
@@ -24,6 +25,14 @@ GONE_WITHIN_S = 1.0
 @pytest.fixture(params=[True, False], ids=["cgroups-if-available", "no-cgroups"])
 def cgroups(request) -> bool:
     return request.param
+
+
+def _cgroups_here() -> TaskCgroups | None:
+    """What the manager finds on this machine (None: no writable cgroup v2)."""
+    found = TaskCgroups.create()
+    if found is not None:
+        found.close()
+    return found
 
 
 def _task(state: dict, task_id: int) -> dict:
@@ -97,8 +106,13 @@ def test_children_are_paused_with_their_task(start_manager, trainer_core, cgroup
     for task_id in (forking, pooled):
         task = _task(state, task_id)
         assert task["processes"] >= 3, task
-        assert "supervisor" in task["tree_enforcement"]
-        assert task["memory_enforcement"]
+        here = _cgroups_here() if cgroups else None
+        assert task["tree_enforcement"] == (
+            "cgroup v2 + process group + supervisor" if here is not None
+            else "process group + supervisor (subreaper)")
+        assert task["memory_enforcement"] == (
+            "cgroup memory.max" if here is not None and here.memory
+            else "tree PSS watch + RLIMIT_AS per process")
     log = m.shutdown()
     assert not _alive([c.pid for c in children])
     assert log["devices"][trainer_core]["harvested_s"] > 0
