@@ -18,6 +18,7 @@ group can delegate it; otherwise the groups still give kill and membership.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 MEMORY = "memory"
@@ -87,7 +88,13 @@ class TaskCgroups:
             group.mkdir(mode=0o755)
             if self.memory:
                 _write(group / "memory.max", str(int(memory_max)))
-                _write(group / "memory.swap.max", "0")
+                # Past the cap the kernel kills the whole group, not one worker: a task
+                # that lost a worker would go on half-alive.
+                _write(group / "memory.oom.group", "1")
+                try:
+                    _write(group / "memory.swap.max", "0")
+                except OSError:
+                    pass                 # no swap accounting: the cap is memory alone
         except OSError:
             return None
         return group
@@ -102,7 +109,6 @@ class TaskCgroups:
             except FileNotFoundError:
                 return
             except OSError:
-                import time
                 time.sleep(0.005)
 
     def close(self) -> None:
