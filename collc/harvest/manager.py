@@ -51,6 +51,7 @@ from typing import Any
 
 from collc.harvest import cgroups, limits, proctree, protocol, rundir
 from collc.harvest.cgroups import TaskCgroups
+from collc.harvest.supervisor import supervise
 from collc.harvest.tasks import TaskSpec
 
 FINAL_STATES = ("finished", "stopped")
@@ -214,7 +215,6 @@ class Manager:
         return record
 
     def _spawn(self, record: TaskRecord) -> None:
-        from collc.harvest.supervisor import supervise
         parent, child = self._mp.Pipe()
         record.deadline = self._mp.RawValue("d", 0.0)
         record.progress_cell = self._mp.RawValue("d", 0.0)

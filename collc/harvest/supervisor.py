@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from collc.harvest import cgroups, limits, proctree
+from collc.harvest.taskproc import task_main
 
 _PR_SET_CHILD_SUBREAPER = 36
 EXIT_MANAGER_GONE = 4
@@ -121,7 +122,6 @@ def supervise(manager_pid: int, group: str | None, task_args: tuple[Any, ...]) -
 
 
 def _task_child(cgroup: Path | None, task_args: tuple[Any, ...]) -> None:
-    from collc.harvest.taskproc import task_main
     code = 0
     try:
         os.setpgid(0, 0)

@@ -5,10 +5,18 @@ user without cgroup access gets)."""
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
+import shutil
 import signal
+import site
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import psutil
 import pytest
@@ -198,3 +206,93 @@ def test_a_child_that_leaves_the_group_is_still_ended(start_manager, trainer_cor
         time.sleep(0.02)
     assert not _alive([c.pid for c in children])
     assert "killed by SIGKILL" in m.wait_for(runaway, ("stopped",), timeout_s=10)["message"]
+
+
+# Run as `nobody`: no cgroup directory is writable, no real-time priority, the private
+# default runtime directory in TMPDIR. Prints what it saw as JSON.
+AS_NOBODY = r"""
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from harvest_support import spec, train, wait_paused, DEVICE
+from collc.harvest import HarvestClient, ManagerHandle
+m = ManagerHandle.start(None, [DEVICE + "=1G"])
+out = {"dir": str(m.dir), "mode": oct(os.stat(m.dir).st_mode & 0o777)}
+try:
+    task = m.submit(spec("ForkingSpinner"))
+    wait_paused(m, task)
+    client = HarvestClient(None, DEVICE)
+    import psutil
+    pid = next(t for t in m.status()["tasks"] if t["id"] == task)["pid"]
+    for _ in range(40):
+        if len(psutil.Process(pid).children()) >= 2:
+            break
+        train(client, steps=1)
+    t = next(t for t in m.status()["tasks"] if t["id"] == task)
+    out.update(tree=t["tree_enforcement"], memory=t["memory_enforcement"],
+               processes=t["processes"])
+    pids = [p.pid for p in psutil.Process(m.proc.pid).children(recursive=True)]
+    killed = time.monotonic()
+    m.proc.kill()
+    m.proc.wait()
+    alive = pids
+    while alive and time.monotonic() - killed < 10:
+        alive = [p for p in alive if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.01)
+    out.update(pids=len(pids), alive=len(alive), gone_s=time.monotonic() - killed)
+finally:
+    if m.proc.poll() is None:
+        m.shutdown()
+print(json.dumps(out))
+"""
+
+
+def _python_for_nobody(as_nobody: dict) -> tuple[str, str | None]:
+    """An interpreter `nobody` can run with this environment's packages: this one, else
+    the system's of the same version with this environment's paths (a virtual
+    environment under root's home is out of nobody's reach)."""
+    repo = str(Path(__file__).resolve().parents[2])
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [(sys.executable, None)]
+    system = shutil.which(version, path="/usr/local/bin:/usr/bin")
+    if system:
+        candidates.append((system, os.pathsep.join(site.getsitepackages() + [repo])))
+    for python, path in candidates:
+        env = dict(os.environ, PYTHONPATH=path) if path else None
+        try:
+            subprocess.run([python, "-c", "import collc.harvest, numpy, psutil"], cwd="/",
+                           env=env, check=True, capture_output=True, timeout=60,
+                           **as_nobody)
+            return python, path
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    pytest.skip("no interpreter with this environment that nobody can run; the forced "
+                "no-cgroups runs above cover the fallback")
+
+
+def test_a_user_without_cgroup_access_gets_the_fallback(tmp_path):
+    nobody = pwd.getpwnam("nobody")
+    as_nobody = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+    python, path = _python_for_nobody(as_nobody)
+    home = Path(tempfile.mkdtemp(prefix="collc-harvest-nobody-"))
+    os.chown(home, nobody.pw_uid, nobody.pw_gid)
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+        env["TMPDIR"] = str(home)
+        if path:
+            env["PYTHONPATH"] = path
+        here = Path(__file__).resolve().parent
+        run = subprocess.run([python, "-c", AS_NOBODY, str(here)], cwd=home,
+                             env=env, capture_output=True, text=True, timeout=300,
+                             **as_nobody)
+        assert run.returncode == 0, run.stderr
+        seen = json.loads(run.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert seen["dir"] == str(home / f"collc-harvest-{nobody.pw_uid}")
+    assert seen["mode"] == "0o700"
+    assert seen["tree"] == "process group + supervisor (subreaper)"
+    assert seen["memory"] == "tree PSS watch + RLIMIT_AS per process"
+    assert seen["processes"] >= 3
+    assert seen["pids"] >= 4 and seen["alive"] == 0, seen
+    assert seen["gone_s"] < GONE_WITHIN_S, seen
