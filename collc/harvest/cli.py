@@ -45,12 +45,20 @@ def _manager_call(fn: Any) -> Any:
 # --- serve ------------------------------------------------------------------------------
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    from collc.harvest import rundir
     from collc.harvest.manager import build_manager
     from collc.harvest.rundir import RuntimeDirError
     try:
         manager = build_manager(args)
     except ValueError as exc:
         raise _usage_error(str(exc)) from None
+    try:   # refuse an unsafe or taken directory before saying anything else
+        manager.dir = rundir.prepare_dir(manager.dir)
+        os.close(rundir.acquire_lock(manager.dir))
+    except RuntimeDirError as exc:
+        raise CollcError(str(exc)) from None
     sys.stderr.write(f"collc harvest: manager serving {', '.join(args.device)} in "
                      f"{manager.dir} (SIGTERM or `collc harvest shutdown` to stop)\n")
     try:

@@ -741,7 +741,8 @@ class DeviceWorker(threading.Thread):
         proctree.wait_until_stopped(t.members)
         self._drain(t)
         if t.state != "running":      # its reply was already on the way: not stuck
-            self._signal_tree(t, signal.SIGCONT)
+            if not t.held:            # (a paused task's tree stays stopped: _hold)
+                self._signal_tree(t, signal.SIGCONT)
             return
         t.stuck_s += now - t.resumed_at
         t.frozen, t.frozen_at = True, now
