@@ -322,7 +322,8 @@ class Manager:
             self.cgroups.close()
         _remove_own_file(self.dir / protocol.LOG)   # atomic_write replaces regular files only
         from collc.io import atomic_write
-        atomic_write(self.dir / protocol.LOG, json.dumps(self.full_log(), indent=1))
+        atomic_write(self.dir / protocol.LOG, json.dumps(self.full_log(), indent=1),
+                     mode=0o600)
         listener.close()
         for path in [protocol.control_socket(self.dir), self.dir / protocol.READY] + [
                 protocol.events_socket(self.dir, d) for d in self.devices]:

@@ -122,6 +122,7 @@ def test_a_missing_directory_is_made_private(tmp_path):
         assert handle.status()["runtime_dir"] == str(rt)
     finally:
         handle.shutdown()
+    assert stat.S_IMODE(os.lstat(rt / "harvest-log.json").st_mode) == 0o600
 
 
 # --- planted files ---------------------------------------------------------------------
