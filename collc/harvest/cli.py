@@ -1,6 +1,8 @@
 """`collc harvest ...`: run a manager, submit and stop side tasks, watch and picture it.
 
-    collc harvest serve --dir D --device cpu:0=1GiB [--report R --stage S]
+    collc harvest serve [--dir D] --device cpu:0=1GiB [--report R --stage S]
+    (--dir: default $XDG_RUNTIME_DIR/collc-harvest, else collc-harvest-UID in the
+    temporary directory; it must be yours and not writable by others)
     collc harvest submit --dir D collc.harvest.workloads:PageRank --memory 512M
     collc harvest status --dir D           (or --log D/harvest-log.json after shutdown)
     collc harvest stop --dir D 2
@@ -43,17 +45,28 @@ def _manager_call(fn: Any) -> Any:
 # --- serve ------------------------------------------------------------------------------
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    from collc.harvest import rundir
     from collc.harvest.manager import build_manager
+    from collc.harvest.rundir import RuntimeDirError
     try:
         manager = build_manager(args)
     except ValueError as exc:
         raise _usage_error(str(exc)) from None
+    try:   # refuse an unsafe or taken directory before saying anything else
+        manager.dir = rundir.prepare_dir(manager.dir)
+        os.close(rundir.acquire_lock(manager.dir))
+    except RuntimeDirError as exc:
+        raise CollcError(str(exc)) from None
     sys.stderr.write(f"collc harvest: manager serving {', '.join(args.device)} in "
-                     f"{args.dir} (SIGTERM or `collc harvest shutdown` to stop)\n")
+                     f"{manager.dir} (SIGTERM or `collc harvest shutdown` to stop)\n")
     try:
         manager.serve()
     except KeyboardInterrupt:
         manager.stopping.set()
+    except RuntimeDirError as exc:
+        raise CollcError(str(exc)) from None
     return EXIT_OK
 
 
@@ -93,8 +106,9 @@ def cmd_evict(args: argparse.Namespace) -> int:
 
 
 def cmd_shutdown(args: argparse.Namespace) -> int:
-    log = _manager_call(lambda: _handle(args).shutdown())
-    _print_state(log, title=f"final state ({args.dir})")
+    handle = _handle(args)
+    log = _manager_call(lambda: handle.shutdown())
+    _print_state(log, title=f"final state ({handle.dir})")
     return EXIT_OK
 
 
@@ -126,14 +140,16 @@ def _print_state(state: dict[str, Any], title: str) -> None:
     console.print(devices)
     tasks = Table(title="Tasks", title_justify="left")
     for col in ("id", "name", "kind", "device", "state", "prio", "mem MiB", "harvested s",
-                "runs", "progress", "max overrun ms"):
+                "runs", "progress", "max overrun ms", "procs", "memory cap by", "tree by"):
         tasks.add_column(col, justify="left" if col in ("name", "kind", "device", "state")
                          else "right")
     for t in state["tasks"]:
         tasks.add_row(str(t["id"]), t["name"], t["kind"] or "-", t["device"], t["state"],
                       str(t["priority"]), f"{t['memory_bytes'] / 2**20:.0f}",
                       f"{t['harvested_s']:.2f}", str(t["runs"]),
-                      f"{t['progress']:.3g} {t['progress_unit']}", _ms(t["max_overrun_s"]))
+                      f"{t['progress']:.3g} {t['progress_unit']}", _ms(t["max_overrun_s"]),
+                      str(t.get("processes", "-")), t.get("memory_enforcement") or "-",
+                      t.get("tree_enforcement") or "-")
     console.print(tasks)
     console.print(f"margin {_ms(state['margin_s'])} ms before each bubble end; tasks still "
                   f"in step() {_ms(state['overrun_limit_s'])} ms after it are frozen; "
@@ -147,11 +163,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         from collc.harvest.trace import load_log
         state = load_log(args.log)
         title = str(args.log)
-    elif args.dir:
-        state = _manager_call(lambda: _handle(args).status())
-        title = f"{args.dir}, up {state['uptime_s']:.1f} s"
     else:
-        raise _usage_error("give --dir (a running manager) or --log (a finished run)")
+        handle = _handle(args)          # --dir, else the default runtime directory
+        state = _manager_call(lambda: handle.status())
+        title = f"{handle.dir}, up {state['uptime_s']:.1f} s"
     if args.json:
         print(json.dumps(state, indent=2))
     else:
@@ -214,7 +229,7 @@ def add_commands(subparsers: Any) -> None:
     serve.set_defaults(func=cmd_serve)
 
     submit = sub.add_parser("submit", help="submit a side task; prints its id")
-    submit.add_argument("--dir", required=True)
+    submit.add_argument("--dir", help="runtime directory (default: the private one)")
     submit.add_argument("target", help="the task class, module:Class")
     submit.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                         help="keyword argument for the task (VALUE as JSON, else a string)")
@@ -227,23 +242,24 @@ def add_commands(subparsers: Any) -> None:
     submit.set_defaults(func=cmd_submit)
 
     status = sub.add_parser("status", help="tasks, harvested time, overruns")
-    status.add_argument("--dir")
+    status.add_argument("--dir", help="a running manager's runtime directory (default: "
+                                      "the private one)")
     status.add_argument("--log", help="a finished run's harvest-log.json instead")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
 
     stop = sub.add_parser("stop", help="stop a side task")
-    stop.add_argument("--dir", required=True)
+    stop.add_argument("--dir", help="runtime directory (default: the private one)")
     stop.add_argument("task", type=int)
     stop.set_defaults(func=cmd_stop)
 
     evict = sub.add_parser("evict", help="move a paused task's state off its device")
-    evict.add_argument("--dir", required=True)
+    evict.add_argument("--dir", help="runtime directory (default: the private one)")
     evict.add_argument("task", type=int)
     evict.set_defaults(func=cmd_evict)
 
     shutdown = sub.add_parser("shutdown", help="stop every task and the manager")
-    shutdown.add_argument("--dir", required=True)
+    shutdown.add_argument("--dir", help="runtime directory (default: the private one)")
     shutdown.set_defaults(func=cmd_shutdown)
 
     trace = sub.add_parser("trace", help="Chrome trace (and PNG/SVG) of a run")

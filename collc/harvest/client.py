@@ -20,7 +20,7 @@ from multiprocessing.connection import Client
 from pathlib import Path
 from typing import Any, Iterator
 
-from collc.harvest import protocol
+from collc.harvest import protocol, rundir
 from collc.harvest.tasks import TaskSpec
 
 
@@ -35,7 +35,8 @@ class HarvestClient:
                 wait_for_gradients()
     """
 
-    def __init__(self, runtime_dir: str | Path, device: str, *, learn_from: int = 3):
+    def __init__(self, runtime_dir: str | Path | None, device: str, *, learn_from: int = 3):
+        runtime_dir = runtime_dir if runtime_dir is not None else rundir.default_runtime_dir()
         self.address = str(protocol.events_socket(runtime_dir, device))
         self.device = device
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -106,30 +107,37 @@ class ManagerError(RuntimeError):
 class ManagerHandle:
     """Start, talk to and stop a manager process (also what `collc harvest` uses)."""
 
-    def __init__(self, runtime_dir: str | Path, proc: subprocess.Popen | None = None):
-        self.dir = Path(runtime_dir)
+    def __init__(self, runtime_dir: str | Path | None, proc: subprocess.Popen | None = None):
+        self.dir = Path(runtime_dir) if runtime_dir is not None else \
+            rundir.default_runtime_dir()
         self.proc = proc
 
     @classmethod
-    def start(cls, runtime_dir: str | Path, devices: list[str], *,
+    def start(cls, runtime_dir: str | Path | None, devices: list[str], *,
               report: str | Path | None = None, stages: list[int] | None = None,
               margin_ms: float = 2.0, overrun_limit_ms: float = 5.0,
-              hang_timeout_s: float = 2.0, timeout_s: float = 20.0) -> "ManagerHandle":
+              hang_timeout_s: float = 2.0, timeout_s: float = 20.0,
+              cgroups: bool = True) -> "ManagerHandle":
         """Start a manager process and wait until it accepts requests.
 
+        `runtime_dir` None is the private default (rundir.default_runtime_dir()); a
+        given one must be the user's own and not writable by others (ManagerError says
+        why not), and free of a live manager. `cgroups=False` holds the tasks' trees
+        without cgroups even where they are available (the fallback every user has).
         The manager exits (stopping its tasks) when the thread that started it exits:
         start it from the main thread of a long-lived process, or run
         `collc harvest serve` on its own.
         """
-        runtime_dir = Path(runtime_dir)
-        runtime_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (protocol.control_socket(runtime_dir), runtime_dir / protocol.LOG,
-                      runtime_dir / protocol.READY):
-            if stale.exists():
-                stale.unlink()
+        try:
+            runtime_dir = rundir.prepare_dir(runtime_dir)
+            os.close(rundir.acquire_lock(runtime_dir))   # free now; the manager takes it
+        except (rundir.RuntimeDirError, OSError) as exc:
+            raise ManagerError(str(exc)) from None
         cmd = [sys.executable, "-m", "collc.harvest.manager", "--dir", str(runtime_dir),
                "--margin-ms", str(margin_ms), "--overrun-limit-ms", str(overrun_limit_ms),
                "--hang-timeout-s", str(hang_timeout_s), "--exit-with-parent"]
+        if not cgroups:
+            cmd.append("--no-cgroups")
         for d in devices:
             cmd += ["--device", d]
         if report is not None:
@@ -139,7 +147,7 @@ class ManagerHandle:
         proc = subprocess.Popen(cmd)
         handle = cls(runtime_dir, proc)
         deadline = time.monotonic() + timeout_s
-        while not (runtime_dir / protocol.READY).exists():
+        while not _serving(runtime_dir, proc.pid):
             if proc.poll() is not None:
                 raise ManagerError(f"the manager exited with status {proc.returncode}")
             if time.monotonic() > deadline:
@@ -152,7 +160,7 @@ class ManagerHandle:
         try:
             conn = Client(str(protocol.control_socket(self.dir)), family="AF_UNIX",
                           authkey=protocol.read_authkey(self.dir))
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, rundir.RuntimeDirError) as exc:
             raise ManagerError(f"no manager at {self.dir}: {exc}") from None
         with conn:
             conn.send(request)
@@ -211,6 +219,15 @@ class ManagerHandle:
             except (ManagerError, OSError):
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _serving(runtime_dir: Path, pid: int) -> bool:
+    """Whether the manager `pid` has written `ready` (a dead manager's stale one holds
+    another pid)."""
+    try:
+        return rundir.read_private_file(runtime_dir / protocol.READY) == str(pid).encode()
+    except (OSError, rundir.RuntimeDirError):
+        return False
 
 
 def pin_trainer(device: str) -> None:

@@ -18,20 +18,29 @@ Design (see docs/harvest.md):
   resumed in its next window; one that has run `hang_timeout_s` of bubble time without
   finishing a step is killed as hung. So a misbehaving task delays the trainer by at
   most the overrun limit, and the task runs at SCHED_IDLE meanwhile.
-- Task processes are spawned from the main thread only: the kernel's parent-death
-  signal (which kills tasks when the manager dies, even kill -9) follows the thread that
-  forked the child.
+- A side task is its process tree: each task runs under a supervisor (supervisor.py)
+  in a process group of its own (and a cgroup v2 group where the manager can make one).
+  Pausing, resuming and killing act on the group; the memory cap counts the whole tree
+  (cgroup memory.max, else the tree's PSS watched at bubble boundaries and on a short
+  timer); the supervisor ends the tree when the manager dies, even by kill -9.
+- Supervisors are spawned from the main thread only: the kernel's parent-death signal
+  follows the thread that forked the child.
+- The runtime directory is private and held by one manager at a time (rundir.py);
+  trainer events are taken only from the manager's own user (SO_PASSCRED) and only
+  with sane times.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import queue
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -40,10 +49,19 @@ from multiprocessing.connection import Connection, Listener, wait
 from pathlib import Path
 from typing import Any
 
-from collc.harvest import limits, protocol
+from collc.harvest import cgroups, limits, proctree, protocol, rundir
+from collc.harvest.cgroups import TaskCgroups
+from collc.harvest.supervisor import supervise
 from collc.harvest.tasks import TaskSpec
 
 FINAL_STATES = ("finished", "stopped")
+# How often the tree's memory is read while no cgroup caps it (and at each run's end).
+MEMORY_POLL_S = 0.1
+# Trainer event times further than this from the manager's clock are not believed: an
+# event waits in the socket at most while a bubble is harvested.
+EVENT_SKEW_S = 60.0
+DEFAULT_MAX_BUBBLE_S = 30.0
+_CRED = "iII"                      # struct ucred: pid, uid, gid
 
 
 @dataclass
@@ -51,6 +69,7 @@ class DeviceConfig:
     name: str                        # "cpu:0" / "cuda:1"
     free_bytes: int | None = None    # memory free for side tasks during bubbles
     schedule: list[tuple[float, float]] = field(default_factory=list)  # (start, end) s
+    step_s: float | None = None      # the report's step: no bubble is longer
 
 
 @dataclass
@@ -99,6 +118,19 @@ class TaskRecord:
     evict_requested: bool = False
     evicted: bool = False            # iterative, state "created": its state is off device
     message: str = ""
+    pid: int | None = None           # the task's process: leader of its process group
+    baseline_bytes: int = 0          # its memory before the task was built
+    cgroup: Path | None = None       # its cgroup v2 group, where the manager made one
+    memory_limit_by: str = ""        # how its memory cap is enforced (shown by status)
+    tree_by: str = ""                # how its process tree is held together
+    members: list[int] = field(default_factory=list)  # its processes, last looked at
+    memory_seen_bytes: int = 0       # the tree's memory, last looked at
+    held: bool = False               # iterative: its tree SIGSTOPped between runs
+    pipe_closed: bool = False        # the task's process is gone; its supervisor may not be
+
+    @property
+    def tree_cap_bytes(self) -> int:
+        return self.baseline_bytes + self.spec.memory_bytes
 
     def summary(self, t0: float) -> dict[str, Any]:
         return {"id": self.id, "name": self.spec.name, "device": self.device,
@@ -107,15 +139,23 @@ class TaskRecord:
                 "cpu_s": self.cpu_s,
                 "steps": self.steps, "runs": self.runs, "progress": self.progress,
                 "progress_unit": self.progress_unit, "max_overrun_s": self.max_overrun_s,
-                "pid": self.proc.pid if self.proc is not None else None,
+                "pid": self.pid,
+                "supervisor_pid": self.proc.pid if self.proc is not None else None,
+                "processes": len(self.members), "memory_seen_bytes": self.memory_seen_bytes,
+                "memory_enforcement": self.memory_limit_by, "tree_enforcement": self.tree_by,
                 "message": self.message}
 
 
 class Manager:
     def __init__(self, runtime_dir: str | Path, devices: list[DeviceConfig], *,
                  margin_s: float = 0.002, overrun_limit_s: float = 0.005,
-                 hang_timeout_s: float = 2.0):
-        self.dir = Path(runtime_dir)
+                 hang_timeout_s: float = 2.0, use_cgroups: bool = True,
+                 max_bubble_s: float = DEFAULT_MAX_BUBBLE_S):
+        self.dir = Path(runtime_dir) if runtime_dir is not None else \
+            rundir.default_runtime_dir()
+        self.use_cgroups = use_cgroups
+        self.cgroups: TaskCgroups | None = None
+        self.max_bubble_s = max_bubble_s
         self.devices = {d.name: d for d in devices}
         self.margin_s = margin_s
         self.overrun_limit_s = overrun_limit_s
@@ -175,15 +215,25 @@ class Manager:
         return record
 
     def _spawn(self, record: TaskRecord) -> None:
-        from collc.harvest.taskproc import task_main
         parent, child = self._mp.Pipe()
         record.deadline = self._mp.RawValue("d", 0.0)
         record.progress_cell = self._mp.RawValue("d", 0.0)
         record.frozen_cell = self._mp.RawValue("d", 0.0)
-        proc = self._mp.Process(target=task_main, name=f"harvest-task-{record.id}",
-                                args=(record.spec.to_json(), record.device, child,
-                                      record.deadline, record.progress_cell,
-                                      record.frozen_cell))
+        group = (self.cgroups.task_group(record.id, record.spec.memory_bytes)
+                 if self.cgroups is not None else None)
+        record.cgroup = group
+        record.tree_by = ("cgroup v2 + process group + supervisor" if group is not None
+                          else "process group + supervisor (subreaper)")
+        record.memory_limit_by = ("cgroup memory.max" if group is not None
+                                  and self.cgroups is not None and self.cgroups.memory
+                                  else "tree PSS watch + RLIMIT_AS per process")
+        if limits.parse_device(record.device)[0] == "cuda":
+            record.memory_limit_by += " + CuPy pool limit / MPS"
+        task_args = (record.spec.to_json(), record.device, child, record.deadline,
+                     record.progress_cell, record.frozen_cell)
+        proc = self._mp.Process(target=supervise, name=f"harvest-task-{record.id}",
+                                args=(os.getpid(), str(group) if group else None,
+                                      task_args))
         proc.start()
         child.close()
         with self.lock:
@@ -212,8 +262,10 @@ class Manager:
                     "max_overrun_s": overruns[-1] if overruns else 0.0,
                     "p99_overrun_s": overruns[int(0.99 * (len(overruns) - 1))]
                     if overruns else 0.0,
+                    "events_rejected": dict(self.workers[name].rejected),
                 }
             return {"uptime_s": self.rel(time.monotonic()), "margin_s": self.margin_s,
+                    "runtime_dir": str(self.dir), "max_bubble_s": self.max_bubble_s,
                     "overrun_limit_s": self.overrun_limit_s,
                     "hang_timeout_s": self.hang_timeout_s, "devices": devices,
                     "tasks": [t.summary(self.t0) for t in self.tasks.values()],
@@ -228,20 +280,30 @@ class Manager:
 
     # --- the process's life -----------------------------------------------------------
     def serve(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        """Serve until shut down. rundir.RuntimeDirError if the directory is unsafe or
+        another manager serves there (nothing in it is touched then)."""
+        self.dir = rundir.prepare_dir(self.dir)
+        lock_fd = rundir.acquire_lock(self.dir)   # held until this process exits
         os.environ.update(limits.single_threaded_math_env())
+        address = protocol.control_socket(self.dir)
+        for path in [address, self.dir / protocol.READY] + [
+                protocol.events_socket(self.dir, d) for d in self.devices]:
+            if path.name == protocol.READY:
+                _remove_own_file(path)
+            else:
+                rundir.remove_stale_socket(path)
         key = protocol.make_authkey(self.dir)
         for worker in self.workers.values():
             worker.bind()
-        address = str(protocol.control_socket(self.dir))
-        if os.path.exists(address):
-            os.unlink(address)
-        listener = Listener(address, family="AF_UNIX", authkey=key)
+        listener = Listener(str(address), family="AF_UNIX", authkey=key)
+        rundir.make_socket_private(address)
+        if self.use_cgroups:
+            self.cgroups = TaskCgroups.create()
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
         for worker in self.workers.values():
             worker.start()
         # Clients wait for this file: the socket file exists a moment before it listens.
-        (self.dir / protocol.READY).write_text(str(os.getpid()))
+        rundir.write_private_file(self.dir / protocol.READY, str(os.getpid()).encode())
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         while not self.stopping.is_set():
             try:
@@ -256,8 +318,12 @@ class Manager:
                     self.incident(record, "spawn", record.message)
         for worker in self.workers.values():
             worker.join(timeout=10)
+        if self.cgroups is not None:
+            self.cgroups.close()
+        _remove_own_file(self.dir / protocol.LOG)   # atomic_write replaces regular files only
         from collc.io import atomic_write
-        atomic_write(self.dir / protocol.LOG, json.dumps(self.full_log(), indent=1))
+        atomic_write(self.dir / protocol.LOG, json.dumps(self.full_log(), indent=1),
+                     mode=0o600)
         listener.close()
         for path in [protocol.control_socket(self.dir), self.dir / protocol.READY] + [
                 protocol.events_socket(self.dir, d) for d in self.devices]:
@@ -269,6 +335,7 @@ class Manager:
         # The shutdown request's second answer (the log is written) goes out before exit.
         if self.shutdown_requested:
             self.shutdown_answered.wait(timeout=5)
+        os.close(lock_fd)
 
     def _accept(self, listener: Listener) -> None:
         while True:
@@ -339,14 +406,20 @@ class DeviceWorker(threading.Thread):
         self.pending: list[Window] = []
         self.windows: list[Window] = []      # every window seen, for bubble_end matching
         self._next_window = 0
+        # Events not acted on: from another user, or with times that cannot be true.
+        self.rejected = {"sender": 0, "invalid": 0}
+        self._next_memory_check = 0.0
+        self._max_step_s = config.step_s or 0.0
 
     # --- events ---------------------------------------------------------------------
     def bind(self) -> None:
+        """Bind the device's event socket (a stale one was removed by serve()), only
+        its user may send to it; the kernel attaches each sender's credentials."""
         path = protocol.events_socket(self.m.dir, self.config.name)
-        if path.exists():
-            path.unlink()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self.sock.bind(str(path))
+        rundir.make_socket_private(path)
         self.sock.setblocking(False)
 
     def wake(self) -> None:
@@ -368,14 +441,21 @@ class DeviceWorker(threading.Thread):
         assert self.sock is not None
         while True:
             try:
-                data = self.sock.recv(65536)
+                data, ancillary, _, _ = self.sock.recvmsg(
+                    65536, socket.CMSG_SPACE(struct.calcsize(_CRED)))
             except BlockingIOError:
                 return
+            if _sender_uid(ancillary) != os.geteuid():
+                self.rejected["sender"] += 1
+                continue
             event = protocol.decode_event(data)
             if event is None:
                 continue
+            if not self._believable(event):
+                self.rejected["invalid"] += 1
+                continue
             kind, t = event["ev"], float(event.get("t", time.monotonic()))
-            if kind == "bubble" and "end" in event and event["end"] > t:
+            if kind == "bubble" and "end" in event:
                 self._new_window(t, float(event["end"]), "trainer")
             elif kind == "bubble_end":
                 for w in reversed(self.windows):
@@ -387,6 +467,19 @@ class DeviceWorker(threading.Thread):
                 for start, end in self.config.schedule:
                     self._new_window(t + start, t + end, "schedule")
 
+    def _believable(self, event: dict[str, Any]) -> bool:
+        """Times a trainer can have sent: finite, near now, a bubble of positive length
+        no longer than a step (the report's step, else max_bubble_s)."""
+        now = time.monotonic()
+        t = event.get("t", now)
+        if not math.isfinite(t) or abs(t - now) > EVENT_SKEW_S:
+            return False
+        if event["ev"] != "bubble":
+            return True
+        end = event.get("end")
+        longest = self._max_step_s or self.m.max_bubble_s
+        return (end is not None and math.isfinite(end) and 0.0 < end - t <= longest)
+
     # --- waiting on everything --------------------------------------------------------
     def _my_tasks(self) -> list[TaskRecord]:
         with self.m.lock:
@@ -395,11 +488,23 @@ class DeviceWorker(threading.Thread):
                     and t.conn is not None]
 
     def _pump(self, timeout: float) -> None:
-        """Wait up to `timeout` s for an event or a task message, and handle what came."""
+        """Wait up to `timeout` s for an event or a task message, and handle what came;
+        every MEMORY_POLL_S, look at the tasks' trees."""
         tasks = self._my_tasks()
         waitables: list[Any] = [self.sock]
         for t in tasks:
-            waitables += [t.conn, t.proc.sentinel]
+            # A closed pipe is always readable: waiting on it would spin (at real-time
+            # priority) until the supervisor has reaped the tree and exited.
+            waitables += [t.proc.sentinel] if t.pipe_closed else [t.conn, t.proc.sentinel]
+        now = time.monotonic()
+        if now >= self._next_memory_check:
+            # Stopped trees do not grow; the one running now and those still being
+            # built (to_device) may.
+            self._next_memory_check = now + MEMORY_POLL_S
+            for t in tasks:
+                if not t.held and not (t.kind == "imperative" and t.state == "paused"):
+                    self._check_tree(t)
+        timeout = min(timeout, self._next_memory_check - now)
         ready = wait(waitables, timeout=max(0.0, timeout))
         if self.sock in ready:
             self._read_events()
@@ -413,24 +518,31 @@ class DeviceWorker(threading.Thread):
     def _drain(self, t: TaskRecord) -> None:
         assert t.conn is not None
         try:
-            while t.conn.poll():
+            while not t.pipe_closed and t.conn.poll():
                 kind, info = t.conn.recv()
                 self._message(t, kind, info)
         except (EOFError, OSError):
-            pass
+            t.pipe_closed = True
 
     def _message(self, t: TaskRecord, kind: str, info: dict[str, Any]) -> None:
         with self.m.lock:
             if kind == "created":
                 t.state, t.kind, t.progress_unit = "created", info["kind"], info["progress_unit"]
+                t.pid, t.baseline_bytes = info["pid"], info["baseline_bytes"]
+                t.members = [t.pid]
             elif kind == "paused":
                 if t.kind == "imperative":
-                    os.kill(t.proc.pid, signal.SIGSTOP)
+                    self._signal_tree(t, signal.SIGSTOP)
+                else:
+                    self._hold(t)
                 t.state = "paused"
             elif kind == "ran":
                 self._record_iterative_run(t, info)
+                if not info["finished"]:
+                    self._hold(t)
             elif kind == "evicted":
                 t.state, t.evicted = "created", True
+                self._hold(t)
             elif kind == "finished":
                 t.state = "finished"
             elif kind == "failed":
@@ -443,17 +555,93 @@ class DeviceWorker(threading.Thread):
         self._drain(t)
         t.proc.join(timeout=1)
         code = t.proc.exitcode
+        oom = t.cgroup is not None and cgroups.oom_kills(t.cgroup) > 0
+        if t.cgroup is not None and self.m.cgroups is not None:
+            self.m.cgroups.remove(t.cgroup)
         with self.m.lock:
+            t.members = []
             if t.state not in FINAL_STATES:
                 t.state = "stopped"
-                if code is not None and code < 0:
+                if oom:
+                    t.message = (f"task {t.spec.name!r} exceeded its memory cap of "
+                                 f"{t.spec.memory_bytes / 2**20:.0f} MiB (cgroup "
+                                 "memory.max): its processes were killed")
+                    self.m.incident(t, "memory cap", t.message)
+                elif code is not None and code < 0:
                     t.message = (f"task {t.spec.name!r} was killed by "
                                  f"{signal.Signals(-code).name}")
                 else:
                     t.message = f"task {t.spec.name!r} exited with status {code}"
-                self.m.incident(t, "died", t.message)
+                if not oom:
+                    self.m.incident(t, "died", t.message)
             t.conn.close()
             t.conn = None
+
+    # --- the task's process tree -------------------------------------------------------
+    def _signal_tree(self, t: TaskRecord, sig: int) -> None:
+        """Signal the task's process group: the task and every worker it started."""
+        if t.pid is None:
+            return
+        try:
+            os.killpg(t.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _hold(self, t: TaskRecord) -> None:
+        """Stop the whole tree between runs: an iterative task's process waits for the
+        next command, but the workers it started would go on computing."""
+        self._signal_tree(t, signal.SIGSTOP)
+        t.held = True
+
+    def _send(self, t: TaskRecord, command: tuple[Any, ...]) -> None:
+        """A command to the task's process, which must be running to read it."""
+        if t.held:
+            self._signal_tree(t, signal.SIGCONT)
+            t.held = False
+        assert t.conn is not None
+        t.conn.send(command)
+
+    def _refresh_members(self, t: TaskRecord) -> list[int]:
+        """The task's processes now: its cgroup's members, else the supervisor's
+        descendants (it is their subreaper, so orphans stay among them)."""
+        if t.cgroup is not None:
+            members = proctree.cgroup_members(t.cgroup)
+        else:
+            members = proctree.descendants(t.proc.pid)
+        t.members = members
+        return members
+
+    def _check_tree(self, t: TaskRecord) -> None:
+        """Look at the tree; stop the task if it is past its memory cap (where a cgroup
+        enforces memory.max the kernel does it, and this only records the size)."""
+        if t.state in FINAL_STATES or t.pid is None:
+            return
+        members = self._refresh_members(t)
+        if t.cgroup is not None and self.m.cgroups is not None and self.m.cgroups.memory:
+            t.memory_seen_bytes = cgroups.memory_current(t.cgroup) or 0
+            return
+        t.memory_seen_bytes = proctree.memory_bytes(members)
+        if t.memory_seen_bytes > t.tree_cap_bytes:
+            message = (f"task {t.spec.name!r} exceeded its memory cap of "
+                       f"{t.spec.memory_bytes / 2**20:.0f} MiB: its {len(members)} "
+                       f"processes held {t.memory_seen_bytes / 2**20:.0f} MiB "
+                       f"(cap {t.tree_cap_bytes / 2**20:.0f} MiB with the interpreter)")
+            with self.m.lock:
+                t.state, t.message = "stopped", message
+            self._kill_tree(t)
+            self.m.incident(t, "memory cap", message)
+
+    def _kill_tree(self, t: TaskRecord) -> None:
+        """SIGKILL the task's group (and cgroup) now; its supervisor then reaps what is
+        left, kills any descendant that left the group, and exits."""
+        if t.cgroup is not None:
+            cgroups.kill(t.cgroup)
+        if t.pid is not None:
+            self._signal_tree(t, signal.SIGKILL)
+        try:
+            os.kill(t.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
     # --- running tasks in a window ------------------------------------------------------
     def _pick(self, w: Window) -> TaskRecord | None:
@@ -521,11 +709,13 @@ class DeviceWorker(threading.Thread):
         t.deadline.value = w.end - self.m.margin_s
         t.resumed_at = time.monotonic()
         t.state = "running"
+        runs_before = t.runs
         if t.frozen:
             t.frozen_cell.value += t.resumed_at - t.frozen_at
-            os.kill(t.proc.pid, signal.SIGCONT)
+            self._signal_tree(t, signal.SIGCONT)
+            t.held = False
         else:
-            t.conn.send(("run",))
+            self._send(t, ("run",))
         while t.state == "running":
             now = time.monotonic()
             if now - t.resumed_at + t.stuck_s > self.m.hang_timeout_s:
@@ -537,17 +727,23 @@ class DeviceWorker(threading.Thread):
                 break
             self._pump(min(limit, t.resumed_at + self.m.hang_timeout_s - t.stuck_s) - now)
             t.deadline.value = min(t.deadline.value, w.end - self.m.margin_s)
+        if t.runs == runs_before:
+            # It died or was stopped for its memory during the run: it held the device.
+            self._record_run(t, w, t.resumed_at, time.monotonic(), 0, 0.0)
+        else:
+            self._check_tree(t)         # at the run's end: a bubble boundary
         self._current = None
 
     def _freeze(self, t: TaskRecord, w: Window) -> None:
-        os.kill(t.proc.pid, signal.SIGSTOP)
+        self._signal_tree(t, signal.SIGSTOP)
         # From here the task runs no more of its code (a stopped process that is still
         # waiting for the CPU stops before it executes anything): this is its end.
         now = time.monotonic()
-        _wait_until_stopped(t.proc.pid)
+        proctree.wait_until_stopped(t.members)
         self._drain(t)
         if t.state != "running":      # its reply was already on the way: not stuck
-            os.kill(t.proc.pid, signal.SIGCONT)
+            if not t.held:            # (a paused task's tree stays stopped: _hold)
+                self._signal_tree(t, signal.SIGCONT)
             return
         t.stuck_s += now - t.resumed_at
         t.frozen, t.frozen_at = True, now
@@ -558,36 +754,39 @@ class DeviceWorker(threading.Thread):
                                       f"ended: paused with SIGSTOP")
 
     def _kill_hung(self, t: TaskRecord) -> None:
-        os.kill(t.proc.pid, signal.SIGKILL)
         with self.m.lock:
             t.state = "stopped"
             t.message = (f"task {t.spec.name!r} hung in step(): no step finished in "
                          f"{self.m.hang_timeout_s:.1f} s of bubble time; killed")
+        self._kill_tree(t)
         self.m.incident(t, "hung", t.message)
 
     def _run_imperative(self, t: TaskRecord, w: Window) -> None:
         t.resumed_at = time.monotonic()
-        cpu_before = _cpu_seconds(t.proc.pid)
+        cpu_before = proctree.cpu_seconds(t.members)
         t.state = "running"
         if not t.started:
             t.conn.send(("start",))
             t.started = True
-        os.kill(t.proc.pid, signal.SIGCONT)
+        self._signal_tree(t, signal.SIGCONT)
         while t.state == "running":
             now = time.monotonic()
             deadline = w.end - self.m.margin_s
             if now >= deadline:
-                os.kill(t.proc.pid, signal.SIGSTOP)
+                self._signal_tree(t, signal.SIGSTOP)
                 end = time.monotonic()     # see _freeze
-                _wait_until_stopped(t.proc.pid)
+                proctree.wait_until_stopped(t.members)
                 t.state = "paused"
                 break
             self._pump(deadline - now)
         else:
             end = time.monotonic()
         t.progress = t.progress_cell.value
-        self._record_run(t, w, t.resumed_at, end, 0,
-                         max(0.0, _cpu_seconds(t.proc.pid) - cpu_before))
+        # The CPU time of the processes it had when the run started (a worker started
+        # during the run is counted from the next run on).
+        cpu_after = proctree.cpu_seconds(t.members)
+        self._record_run(t, w, t.resumed_at, end, 0, max(0.0, cpu_after - cpu_before))
+        self._check_tree(t)                # at the run's end: a bubble boundary
 
     # --- stopping tasks -----------------------------------------------------------------
     def _stop_requested(self) -> None:
@@ -595,19 +794,19 @@ class DeviceWorker(threading.Thread):
             if (t.evict_requested and t.kind == "iterative" and t.state == "paused"
                     and not t.frozen):
                 t.evict_requested = False
-                t.conn.send(("evict",))
+                self._send(t, ("evict",))
             if t.stop_requested and t.state not in FINAL_STATES and t.state != "running":
                 self._stop_task(t, t.stop_requested)
 
     def _stop_task(self, t: TaskRecord, reason: str) -> None:
         if t.kind == "iterative" and not t.frozen and t.state == "paused":
             try:
-                t.conn.send(("stop", reason))
+                self._send(t, ("stop", reason))
             except OSError:
                 pass
             t.proc.join(timeout=2)
         if t.proc.is_alive():
-            os.kill(t.proc.pid, signal.SIGKILL)
+            self._kill_tree(t)
             t.proc.join(timeout=2)
         with self.m.lock:
             t.state = "stopped"
@@ -651,27 +850,24 @@ def _realtime_if_permitted() -> None:
         pass
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (0 once it is gone)."""
+def _sender_uid(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    """The sending process's uid from SCM_CREDENTIALS (None if it did not come)."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS \
+                and len(data) >= struct.calcsize(_CRED):
+            return struct.unpack(_CRED, data[:struct.calcsize(_CRED)])[1]
+    return None
+
+
+def _remove_own_file(path: Path) -> None:
+    """Remove a file or symlink the manager will write anew (never following it)."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def _wait_until_stopped(pid: int, timeout: float = 0.05) -> None:
-    """SIGSTOP is asynchronous: wait (briefly) until the kernel shows the task stopped."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
-                    return
-        except OSError:
-            return
-        time.sleep(0.0002)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if st.st_uid != os.geteuid():
+        raise rundir.RuntimeDirError(f"{path} belongs to uid {st.st_uid}, not to you")
+    os.unlink(path)
 
 
 # --- the manager's own command line (`python -m collc.harvest.manager`) ----------------
@@ -695,7 +891,11 @@ def parse_device_arg(text: str) -> DeviceConfig:
 
 
 def manager_argument_parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--dir", required=True, help="runtime directory (sockets, log)")
+    p.add_argument("--dir", default=None,
+                   help="runtime directory (sockets, key, log): yours, not writable by "
+                        "others; created with mode 0700 if missing (default: "
+                        "$XDG_RUNTIME_DIR/collc-harvest, else collc-harvest-UID in the "
+                        "temporary directory)")
     p.add_argument("--device", action="append", required=True, metavar="DEV[=FREE]",
                    help="a device to harvest: cpu:N (a core) or cuda:N, with the memory "
                         "free for side tasks during its bubbles")
@@ -709,6 +909,12 @@ def manager_argument_parser(p: argparse.ArgumentParser) -> argparse.ArgumentPars
                    help="freeze a task still in step() this long after a bubble's end")
     p.add_argument("--hang-timeout-s", type=float, default=2.0,
                    help="kill a task whose step() has run this much bubble time")
+    p.add_argument("--max-bubble-s", type=float, default=DEFAULT_MAX_BUBBLE_S,
+                   help="ignore trainer bubbles longer than this (with --report: the "
+                        "report's step)")
+    p.add_argument("--no-cgroups", dest="cgroups", action="store_false",
+                   help="hold task trees with process groups and supervisors only, "
+                        "even where cgroup v2 is writable")
     p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -724,11 +930,13 @@ def build_manager(args: argparse.Namespace) -> Manager:
         for dev, stage in zip(devices, stages):
             sb = report.stage(stage)
             dev.schedule = [(b.start_s, b.end_s) for b in sb.bubbles]
+            dev.step_s = report.step_s
             if dev.free_bytes is None:
                 dev.free_bytes = sb.min_free_bytes
     return Manager(args.dir, devices, margin_s=args.margin_ms / 1e3,
                    overrun_limit_s=args.overrun_limit_ms / 1e3,
-                   hang_timeout_s=args.hang_timeout_s)
+                   hang_timeout_s=args.hang_timeout_s, use_cgroups=args.cgroups,
+                   max_bubble_s=args.max_bubble_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -736,7 +944,11 @@ def main(argv: list[str] | None = None) -> int:
                                    ).parse_args(argv)
     if args.exit_with_parent:
         limits.die_with_parent(signal.SIGTERM)
-    build_manager(args).serve()
+    try:
+        build_manager(args).serve()
+    except rundir.RuntimeDirError as exc:
+        sys.stderr.write(f"collc harvest: error: {exc}\n")
+        return 1
     return 0
 
 

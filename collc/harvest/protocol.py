@@ -1,10 +1,13 @@
 """Where a manager listens, and the trainer's event messages.
 
-A manager owns a runtime directory:
+A manager owns a runtime directory (private to its user, one manager at a time: see
+rundir.py):
+  lock                held (flock) by the live manager
   control.sock        request/response (multiprocessing.connection, authenticated):
-                      submit, status, stop, shutdown
+                      submit, status, stop, shutdown (mode 0600)
   authkey             the key for control.sock (mode 0600)
   events-<dev>.sock   one datagram socket per device, trainer -> manager, fire and forget
+                      (mode 0600; the manager takes events only from its own uid)
   ready               written once the manager accepts requests (holds its pid)
   harvest-log.json    written at shutdown: bubbles, task runs, incidents
 
@@ -17,10 +20,11 @@ machine), so the manager can compare a trainer's timestamps with its own and its
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from pathlib import Path
 from typing import Any
+
+from collc.harvest import rundir
 
 CONTROL = "control.sock"
 AUTHKEY = "authkey"
@@ -37,16 +41,14 @@ def control_socket(runtime_dir: str | Path) -> Path:
 
 
 def make_authkey(runtime_dir: str | Path) -> bytes:
+    """A fresh key, written without following anything planted at `authkey`."""
     key = secrets.token_bytes(32)
-    path = Path(runtime_dir) / AUTHKEY
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
+    rundir.write_private_file(Path(runtime_dir) / AUTHKEY, key)
     return key
 
 
 def read_authkey(runtime_dir: str | Path) -> bytes:
-    return (Path(runtime_dir) / AUTHKEY).read_bytes()
+    return rundir.read_private_file(Path(runtime_dir) / AUTHKEY)
 
 
 def encode_event(event: dict[str, Any]) -> bytes:

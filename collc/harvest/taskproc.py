@@ -5,7 +5,8 @@ A process per task, not a thread in a worker per GPU: signals (pause, kill), mem
 cannot reach another task, the manager or the trainer.
 
 Messages to the manager over the task's pipe, each `(kind, dict)`:
-  ("created", {kind, progress_unit}) -> ("paused", {}) after to_device()
+  ("created", {kind, progress_unit, pid, baseline_bytes}) -> ("paused", {}) after
+  to_device(); baseline_bytes is the process's memory (PSS) before the task was built
   ("evicted", {}) after off_device(), when the manager asked (to_device() again at
   the next run)
   ("ran", {t_start, t_end, steps, progress, step_estimate_s, finished})   iterative
@@ -26,7 +27,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from collc.harvest import limits
+from collc.harvest import limits, proctree
 from collc.harvest.tasks import ImperativeTask, IterativeTask, TaskContext, TaskSpec
 
 EXIT_FAILED = 3
@@ -140,7 +141,7 @@ def _run_imperative(task: ImperativeTask, conn: Connection) -> None:
 
 def task_main(spec_json: dict, device: str, conn: Connection, deadline: Any,
               progress_cell: Any, frozen: Any) -> None:
-    """Entry point of a task process (multiprocessing 'spawn' target)."""
+    """Entry point of a task process (forked by its supervisor, see supervisor.py)."""
     limits.die_with_parent()
     kind, index = limits.parse_device(device)
     limits.lower_priority()
@@ -150,6 +151,9 @@ def task_main(spec_json: dict, device: str, conn: Connection, deadline: Any,
     try:
         xp = _array_module(device, spec.memory_bytes)
         cls = _load_class(spec)
+        # What the interpreter and its modules take: the tree's memory cap is this plus
+        # the task's need (the need is what the task itself allocates).
+        baseline = proctree.process_memory_bytes(os.getpid())
         cap: int | None = spec.memory_bytes
         if kind == "cpu":
             limits.cap_address_space(spec.memory_bytes)
@@ -157,7 +161,8 @@ def task_main(spec_json: dict, device: str, conn: Connection, deadline: Any,
         task = cls(ctx, **spec.kwargs)
         imperative = isinstance(task, ImperativeTask)
         conn.send(("created", {"kind": "imperative" if imperative else "iterative",
-                               "progress_unit": task.progress_unit}))
+                               "progress_unit": task.progress_unit, "pid": os.getpid(),
+                               "baseline_bytes": baseline}))
         if imperative:
             conn.send(("paused", {}))
             _run_imperative(task, conn)

@@ -3,6 +3,8 @@ manager's task processes through TaskSpec.sys_path)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 from typing import Any
 
@@ -95,3 +97,66 @@ class SlowOnce(Counter):
             while time.perf_counter() < end:
                 pass
         super().step()
+
+
+def _spin_forever() -> None:
+    while True:
+        pass
+
+
+class ForkingSpinner(SpinLoop):
+    """Free-form code that forks two busy children first (a shell-out, a worker pool)."""
+
+    def run(self) -> None:
+        for _ in range(2):
+            if os.fork() == 0:
+                try:
+                    _spin_forever()
+                finally:
+                    os._exit(0)
+        super().run()
+
+
+class PoolInToDevice(Counter):
+    """Starts a two-worker pool in to_device() that keeps both workers busy."""
+
+    def to_device(self) -> None:
+        super().to_device()
+        if not hasattr(self, "pool"):
+            self.pool = multiprocessing.get_context("fork").Pool(2)
+            self.busy = [self.pool.apply_async(_spin_forever) for _ in range(2)]
+
+
+class TreeMemoryHog(Counter):
+    """Two forked children each hold `each_mb` of touched memory: each alone is inside
+    the task's cap (and its own RLIMIT_AS), together they are past it."""
+
+    def __init__(self, ctx: TaskContext, each_mb: int = 48, **kwargs: Any):
+        super().__init__(ctx, **kwargs)
+        self.each_mb = each_mb
+
+    def to_device(self) -> None:
+        super().to_device()
+        for _ in range(2):
+            if os.fork() == 0:
+                try:
+                    block = bytearray(self.each_mb << 20)
+                    for i in range(0, len(block), 4096):    # touch every page
+                        block[i] = 1
+                    while True:
+                        time.sleep(1)
+                finally:
+                    os._exit(0)
+
+
+class SessionLeaver(SpinLoop):
+    """Forks a child that leaves the task's session and process group (setsid)."""
+
+    def run(self) -> None:
+        if os.fork() == 0:
+            try:
+                os.setsid()
+                _spin_forever()
+            finally:
+                os._exit(0)
+        super().run()

@@ -30,8 +30,11 @@ def test_bad_report_is_a_located_error(tmp_path, capsys):
     assert "Traceback" not in err
 
 
-def test_usage_errors_exit_2(tmp_path, capsys):
-    assert main(["harvest", "status"]) == 2
+def test_usage_errors_exit_2(tmp_path, capsys, monkeypatch):
+    # No --dir: the private default directory, here one with no manager in it.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert main(["harvest", "status"]) == 1
+    assert f"no manager at {tmp_path / 'collc-harvest'}" in capsys.readouterr().err
     assert main(["harvest", "submit", "--dir", str(tmp_path), "no_colon"]) == 2
     assert main(["harvest", "status", "--dir", str(tmp_path)]) == 1   # no manager there
     assert "no manager" in capsys.readouterr().err
