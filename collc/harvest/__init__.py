@@ -3,7 +3,7 @@
 A training script needs only `HarvestClient` (a socket, no compiler imports):
 
     from collc.harvest import HarvestClient
-    harvest = HarvestClient("/tmp/harvest", "cuda:0")
+    harvest = HarvestClient(None, "cuda:0")  # None: the private default runtime directory
     with harvest.bubble("recv-activations"):
         wait_for_activations()
 
