@@ -81,7 +81,7 @@ def run_case(ranks: int, collective: str) -> dict:
 
     merged = merge_ops(sched)
     try:
-        from collc.regrouped import verify_rewritten
+        from collc.verify.regrouped import verify_rewritten
     except ImportError:  # the code before this check: the pass manager verified in full
         timed("reverify", lambda: verify(merged, topo))
     else:

@@ -104,7 +104,7 @@ def main() -> None:
         for chunks in (1, 4):
             schedule = pipelined_ring_allgather(args.ranks, chunks)
             verify(schedule, topo)
-            unit = CompileUnit(topo, schedule.collective, 1 << 30, schedule)
+            unit = CompileUnit(topo, schedule.collective, 1 << 30).with_verified(schedule)
             for inplace in (False, True):
                 options = BackendOptions(inplace=inplace)
                 row = {"schedule": schedule.name, "ops": len(schedule.ops), "inplace": inplace,

@@ -70,7 +70,7 @@ def install() -> None:
     import collc.cli  # noqa: F401  (registers the backends and their passes)
     import collc.driver as driver
     import collc.frontend as frontend
-    import collc.regrouped as regrouped
+    import collc.verify.regrouped as regrouped
     from collc.backends.msccl_xml import backend, channels, halves, threadblocks
     from collc.passes.base import Pass
 

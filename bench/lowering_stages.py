@@ -5,7 +5,7 @@ The schedule is produced first (a hand-written algorithm or synthesis, as `collc
 compile` would) and is not timed; the stages then run as the driver runs them, in one
 process with the driver's garbage-collector setting, the lowering holding the only
 reference to the schedule, and the pass manager's re-verification after a pass that
-changed the schedule (`collc.regrouped.verify_rewritten`). After each stage the
+changed the schedule (`collc.verify.regrouped.verify_rewritten`). After each stage the
 process's resident and peak memory (VmRSS, VmHWM) are printed beside its CPU seconds.
 
     python3 bench/lowering_stages.py "ring(256)" allreduce --algorithm ring
@@ -37,7 +37,7 @@ from collc.ir.collective import CollectiveKind, standard
 from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
 from collc.passes.base import CompileUnit, parse_pipeline
-from collc.regrouped import verify_rewritten
+from collc.verify.regrouped import verify_rewritten
 
 
 def schedule_unit(topology: str, collective: str, algorithm: str | None, size: int,
@@ -95,13 +95,14 @@ def stages(units: list[CompileUnit], keep: Path | None = None) -> list[Row]:
     options = BackendOptions()
     out: list[Row] = [("schedule ops", float(len(unit.schedule.ops)), *memory_mib())]
     for p in parse_pipeline(back.lowering(options)):
-        before = unit.schedule
+        before, verified_before = unit.schedule, unit.verified
         t0 = time.process_time()
         unit = p.run(unit)
         out.append((p.name, time.process_time() - t0, *memory_mib()))
         if unit.schedule is not before:  # the pass manager re-verifies a changed schedule, so here
             t0 = time.process_time()
-            verify_rewritten(before, unit.schedule, unit.topology)
+            verify_rewritten(before if verified_before else None, unit.schedule, unit.topology)
+            unit = unit.with_verified(unit.schedule)
             out.append((f"re-verify after {p.name}", time.process_time() - t0, *memory_mib()))
         before = None
     with tempfile.TemporaryDirectory() as tmp:

@@ -77,7 +77,7 @@ def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int
         # The front end verifies an algorithm's schedule on this topology when it builds it.
         schedule = job.schedule or frontend.instantiate_algorithm(job.algorithm, job.topology, job.collective,
                                                                   job.base_dir)
-        unit = replace(unit, schedule=schedule).with_note("verify", ok=True, ops=len(schedule.ops))
+        unit = unit.with_verified(schedule).with_note("verify", ok=True, ops=len(schedule.ops))
         solver = {"method": f"algorithm {job.algorithm}", "seconds": time.perf_counter() - t0,
                   "status": "hand-written", "optimal": None, "epochs": None, "variables": 0, "constraints": 0}
         return unit, solver

@@ -21,7 +21,7 @@ from collc.backends.msccl_xml.program import collections_paused
 from collc.diagnostics import CollcError
 from collc.ir.schedule import Op, Schedule
 from collc.passes.base import CompileUnit, Pass, register_pass
-from collc.regrouped import columns_of
+from collc.verify.columns import columns_of
 
 MAX_COUNT = 71  # cnt must stay below MSCCL_MAX_COUNT = 72 (msccl_struct.h)
 
@@ -60,7 +60,7 @@ def _plain_deps(counts: np.ndarray, flat: np.ndarray, renamed: np.ndarray) -> np
 def _columns(schedule: Schedule) -> dict[str, np.ndarray]:
     """The fields that decide merging, one integer array each, and the dependencies
     (`ndeps` per op, all of them in order in `deps`). They come from the schedule's
-    columns (`collc.regrouped.columns_of`): the builder's own where it kept them (the
+    columns (`collc.verify.columns.columns_of`): the builder's own where it kept them (the
     stdlib rings: 3 million ops at 1,024 ranks, read from the objects in seconds), else
     read from the ops at C level. Buffers and routes are codes that only need to be
     equal where the values are (they group ops; groups are then ordered by first use)."""

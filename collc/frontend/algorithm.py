@@ -22,7 +22,7 @@ from collc.frontend.runner import BodyRunner, bind_args, called_from, instance_n
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
-from collc.regrouped import remember_columns
+from collc.verify.columns import remember_columns
 from collc.verify import verify
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class _Program:
     ops: list[Op] = field(default_factory=list)
     last_writer: dict[Slot, int] = field(default_factory=dict)
     readers: dict[Slot, list[int]] = field(default_factory=dict)
-    columns: Any = None  # the ops as columns (collc.regrouped.BuiltColumns), when a builder has them
+    columns: Any = None  # the ops as columns (collc.verify.columns.BuiltColumns), when a builder has them
 
     def buffer_size(self, rank: int, buffer: Buffer) -> int | None:
         if buffer is Buffer.INPUT:

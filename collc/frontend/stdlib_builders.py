@@ -20,7 +20,7 @@ import numpy as np
 from collc.frontend import ast
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, make_ops
-from collc.regrouped import BuiltColumns
+from collc.verify.columns import BuiltColumns
 
 I, O, S = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 COPY, REDUCE = OpKind.COPY, OpKind.REDUCE

@@ -127,6 +127,27 @@ class Topology:
         shown = name if name is not None else f"{self.name}[{','.join(map(str, gpus))}]"
         return Topology(shown, nodes, links, self.description)
 
+    @cached_property
+    def direct_reach(self) -> dict[int, frozenset[int]]:
+        """rank -> ranks reachable by a path whose inner nodes are switches or NICs (a GPU
+        on the way would have to store and forward, which takes ops of its own). Cached
+        on the topology, and gone with it: the verifier asks once per schedule."""
+        reach: dict[int, frozenset[int]] = {}
+        for gpu in self.gpus:
+            seen, stack, found = {gpu.name}, [gpu.name], set()
+            while stack:
+                for link in self.out_links[stack.pop()]:
+                    if link.dst in seen:
+                        continue
+                    seen.add(link.dst)
+                    node = self.node(link.dst)
+                    if node.kind is NodeKind.GPU:
+                        found.add(node.rank)
+                    else:
+                        stack.append(link.dst)
+            reach[gpu.rank] = frozenset(found)
+        return reach
+
     def to_networkx(self):  # -> networkx.DiGraph
         """A DiGraph with `capacity` (bytes/s) and `latency` (s) on every edge."""
         import networkx as nx

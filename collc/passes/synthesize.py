@@ -3,7 +3,7 @@ optimization on HiGHS (see collc.synthesis)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, Pass, PipelineError, register_pass
@@ -60,4 +60,5 @@ class Synthesize(Pass):
         if unit.collective is None or unit.topology is None:
             raise CollcError("pass 'synthesize' needs a topology and a collective")
         result = synthesize(unit.topology, unit.collective, unit.size_bytes, self.options_for_synthesis())
-        return replace(unit, schedule=result.schedule).with_note(self.name, **result.note())
+        # `synthesize` verifies the schedule it returns on this topology (races checked).
+        return unit.with_verified(result.schedule).with_note(self.name, **result.note())

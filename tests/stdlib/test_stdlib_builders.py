@@ -138,11 +138,11 @@ def test_builder_columns_are_the_ops_columns(coll):
     ops: they must be what reading the ops gives."""
     import numpy as np
 
-    from collc.regrouped import _Columns, columns_of
+    from collc.verify.columns import OpColumns, columns_of
 
     topo = fe.resolve_topology("dgx1")
     sched = fe.instantiate_algorithm("ring", topo, fe.resolve_collective(f"{coll}(chunks=3)", 8))
-    given, read = columns_of(sched), _Columns(sched.ops, {})
+    given, read = columns_of(sched), OpColumns(sched.ops, {})
     assert given is columns_of(sched)  # the builder's, recorded
     for name in ("ids", "step", "count", "kind_route", "src_rb", "src_idx", "dst_rb", "dst_idx", "ndeps", "deps"):
         assert np.array_equal(getattr(given, name), getattr(read, name)), name

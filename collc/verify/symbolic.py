@@ -14,8 +14,7 @@ from collc.diagnostics import ScheduleError
 from collc.ir.collective import ChunkId, Value, value_str
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import NodeKind, Topology
-from collc.regrouped import is_verified, mark_verified
-from collc.verify_arrays import MIN_OPS, verify_on_arrays
+from collc.verify.arrays import MIN_OPS, verify_on_arrays
 
 
 def buffer_size(schedule: Schedule, rank: int, buffer: Buffer) -> int:
@@ -43,7 +42,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
     unused = {r for r, buf in enumerate(schedule.collective.outputs) if all(v is None for v in buf)}
     # Looked up once per op, so computed once per schedule.
     sizes = {(r, b): buffer_size(schedule, r, b) for r in range(ranks) for b in Buffer}
-    reach: dict[int, frozenset[int]] | None = None  # found at the first unrouted transfer
+    reach: dict[int, frozenset[int]] | None = None  # the topology's, read at the first unrouted transfer
     in_range: set[Loc] = set()  # slots one-slot ops have named (each is checked once)
     output, input_ = Buffer.OUTPUT, Buffer.INPUT
     # One loop with the checks inline: it runs once per op (millions at 1,024 ranks).
@@ -84,7 +83,7 @@ def check_structure(schedule: Schedule, topology: Topology | None = None, in_pla
         if topology is not None and src.rank != dst.rank:
             if op.route:
                 _check_route(op, topology)
-            elif dst.rank not in (reach := reach or _direct_reach(topology))[src.rank]:
+            elif dst.rank not in (reach := reach or topology.direct_reach)[src.rank]:
                 src_name, dst_name = topology.gpu(src.rank).name, topology.gpu(dst.rank).name
                 raise ScheduleError(
                     f"op {op_id} sends from {src_name} to {dst_name}, but no path joins them through switches "
@@ -134,33 +133,6 @@ def _check_route(op: Op, topology: Topology) -> None:
             raise ScheduleError(
                 f"op {op.id} passes through GPU {mid} without storing; relay through a GPU with two ops",
                 op.origin)
-
-
-_REACH_CACHE: dict[int, tuple[Topology, dict[int, frozenset[int]]]] = {}
-
-
-def _direct_reach(topology: Topology) -> dict[int, frozenset[int]]:
-    """rank -> ranks reachable by a path whose inner nodes are switches or NICs (a GPU on
-    the way would have to store and forward, which takes ops of its own)."""
-    hit = _REACH_CACHE.get(id(topology))
-    if hit is not None and hit[0] is topology:
-        return hit[1]
-    reach: dict[int, frozenset[int]] = {}
-    for gpu in topology.gpus:
-        seen, stack, found = {gpu.name}, [gpu.name], set()
-        while stack:
-            for link in topology.out_links[stack.pop()]:
-                if link.dst in seen:
-                    continue
-                seen.add(link.dst)
-                node = topology.node(link.dst)
-                if node.kind is NodeKind.GPU:
-                    found.add(node.rank)
-                else:
-                    stack.append(link.dst)
-        reach[gpu.rank] = frozenset(found)
-    _REACH_CACHE[id(topology)] = (topology, reach)
-    return reach
 
 
 class _Order:
@@ -448,16 +420,12 @@ def _last_writer(schedule: Schedule, loc: Loc) -> Op | None:
 
 def verify(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
     """Raise ScheduleError unless the schedule is well formed and meets the postcondition.
-    A schedule object already verified on this topology object (races checked) is not
-    run again: schedules are immutable, and at 1,024 GPUs a run takes a minute."""
-    if is_verified(schedule, topology):
-        return
+    Every call runs the check: a caller that must not verify one schedule twice (at
+    1,024 GPUs a run takes a minute) keeps what it verified, as the pass manager does on
+    its compile unit."""
     if check_races and len(schedule.ops) >= MIN_OPS and verify_on_arrays(schedule, topology):
-        mark_verified(schedule, topology)  # the array form decided (it never words an error)
-        return
+        return  # the array form decided (it never words an error)
     verify_op_by_op(schedule, topology, check_races)
-    if check_races:
-        mark_verified(schedule, topology)  # a pass that only regroups its ops is re-checked cheaply
 
 
 def verify_op_by_op(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:

@@ -1,10 +1,10 @@
-"""Symbolic verification on arrays, a step at a time: the fast path of `collc.verify`.
+"""Symbolic verification on arrays, a step at a time: the fast path of `verify`.
 
-`collc.verify` runs a schedule op by op in Python (a few microseconds an op: about 17 s
-for the 3.1 million ops of a ring AllReduce on 1,024 ranks). For the common shape (ops
-of one slot, no explicit routes, ids that are list positions, and every slot's value a
-set of chunks of one index, which covers the standard collectives) the same checks run
-here on numpy arrays:
+`collc.verify.symbolic.verify` runs a schedule op by op in Python (a few microseconds
+an op: about 17 s for the 3.1 million ops of a ring AllReduce on 1,024 ranks). For the
+common shape (ops of one slot, no explicit routes, ids that are list positions, and
+every slot's value a set of chunks of one index, which covers the standard collectives)
+the same checks run here on numpy arrays:
 
 - structure: dependencies earlier in the list and at an earlier step, slots inside
   their buffers, no writes to inputs or unused outputs, transfers between GPUs that a
@@ -32,7 +32,7 @@ import numpy as np
 
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
-from collc.regrouped import columns_of, sort_order
+from collc.verify.columns import OpColumns, columns_of, sort_order
 
 # Below this many ops the op-by-op verifier is as fast (numpy has a fixed cost per call).
 MIN_OPS = 4096
@@ -68,7 +68,7 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     return _values_meet_postcondition(schedule, src, dst, reduce, step, total)
 
 
-def _slot_numbers(schedule: Schedule, cols: _Columns, topology: Topology | None
+def _slot_numbers(schedule: Schedule, cols: OpColumns, topology: Topology | None
                   ) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Every op's source and destination as slot numbers (each rank's input, output and
     scratch one after another), after the range, writability and reach checks; None
@@ -95,10 +95,8 @@ def _slot_numbers(schedule: Schedule, cols: _Columns, topology: Topology | None
         a, b = cols.src_rb // 3, cols.dst_rb // 3
         moved = a != b
         if bool(moved.any()):
-            from collc.verify import _direct_reach
-
             joined = np.zeros((ranks, ranks), dtype=bool)
-            for r, reach in _direct_reach(topology).items():
+            for r, reach in topology.direct_reach.items():
                 joined[r, list(reach)] = True
             if not bool(joined[a[moved], b[moved]].all()):
                 return None

@@ -1,4 +1,4 @@
-"""The array form of verification (collc/verify_arrays.py) against the op-by-op verifier:
+"""The array form of verification (collc/verify/arrays.py) against the op-by-op verifier:
 it accepts the stdlib rings, and it never accepts a schedule the op-by-op verifier
 rejects (checked on hundreds of single mutations of verified schedules)."""
 
@@ -11,7 +11,7 @@ import collc.frontend as fe
 from collc.diagnostics import ScheduleError
 from collc.ir import Buffer, Loc, OpKind
 from collc.verify import verify, verify_op_by_op
-from collc.verify_arrays import MIN_OPS, verify_on_arrays
+from collc.verify.arrays import MIN_OPS, verify_on_arrays
 from schedules import pipelined_ring_allgather, ring_topology
 
 

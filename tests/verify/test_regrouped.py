@@ -1,18 +1,18 @@
-"""The cheap re-verification of a regrouped schedule (collc/regrouped.py): it accepts what
-msccl-merge makes of a verified schedule, and hands every wrong rewrite to the full
-verifier, which rejects it."""
+"""The cheap re-verification of a regrouped schedule (collc/verify/regrouped.py): it
+accepts what msccl-merge makes of a verified schedule, and hands every wrong rewrite to
+the full verifier, which rejects it."""
 
 from dataclasses import dataclass, replace
 
 import pytest
 
 import collc.frontend as fe
-import collc.verify
+import collc.verify.regrouped
 from collc.backends.msccl_xml.merge import merge_ops
 from collc.diagnostics import ScheduleError
 from collc.ir import Op, OpKind
 from collc.passes import CompileUnit, Pass, PassManager, parse_pipeline, register_pass
-from collc.regrouped import is_verified, same_work, verify_rewritten
+from collc.verify.regrouped import same_work, verify_rewritten
 from collc.verify import verify
 
 
@@ -41,18 +41,20 @@ def _with_op(schedule, position: int, op: Op):
 
 @pytest.mark.parametrize("collective", ["allreduce", "allgather", "reducescatter"])
 def test_a_merge_of_a_verified_ring_is_the_same_work(collective):
-    topo, sched = _ring(collective)
-    assert is_verified(sched, topo)
+    topo, sched = _ring(collective)  # verified by the front end
     merged = _merged(sched)
     assert same_work(sched, merged)
     verify(merged, topo)  # and the full verifier agrees
 
 
 def test_an_unverified_schedule_or_other_topology_is_not_taken_as_verified():
+    """The compile unit's mark names the very schedule and topology objects verified."""
     topo, sched = _ring("allreduce")
-    other = fe.resolve_topology("ring(8)")
-    assert not is_verified(sched, other)  # verified on another (equal) object: not this one
-    assert not is_verified(replace(sched, name="copy"), topo)
+    unit = CompileUnit(topo, sched.collective, 1 << 20).with_verified(sched)
+    assert unit.verified
+    assert not replace(unit, topology=fe.resolve_topology("ring(8)")).verified  # another (equal) object
+    assert not replace(unit, schedule=replace(sched, name="copy")).verified
+    assert not CompileUnit(topo, sched.collective, 1 << 20, schedule=sched).verified
 
 
 def _wrong_merges(merged):
@@ -84,8 +86,8 @@ def test_a_wrong_merge_is_not_the_same_work(collective):
 def test_a_wrong_merge_is_verified_in_full_and_rejected(monkeypatch):
     topo, sched = _ring("allreduce")
     calls = []
-    real = collc.verify.verify
-    monkeypatch.setattr(collc.verify, "verify", lambda s, t, **kw: (calls.append(s), real(s, t, **kw)))
+    real = collc.verify.regrouped.verify
+    monkeypatch.setattr(collc.verify.regrouped, "verify", lambda s, t, **kw: (calls.append(s), real(s, t, **kw)))
     merged = _merged(sched)
     verify_rewritten(sched, merged, topo)
     assert calls == []  # the right merge: no full verification
@@ -114,28 +116,28 @@ class WrongMerge(Pass):
 
 def test_the_pass_manager_catches_a_wrong_merge_and_accepts_the_right_one():
     topo, sched = _ring("allreduce")
-    unit = CompileUnit(topo, sched.collective, 1 << 20, schedule=sched)
+    unit = CompileUnit(topo, sched.collective, 1 << 20).with_verified(sched)  # as the driver hands it over
     with pytest.raises(ScheduleError):
         PassManager(parse_pipeline("test-wrong-merge")).run(unit)
     out = PassManager(parse_pipeline("msccl-merge")).run(unit)
-    assert is_verified(out.schedule, topo) and len(out.schedule.ops) < len(sched.ops)
+    assert out.verified and len(out.schedule.ops) < len(sched.ops)
 
 
 def test_columns_of_a_rewritten_schedule_copy_the_kept_ops_rows():
-    """`_Columns.derived` (rows of the ops a pass kept copied from the verified
+    """`OpColumns.derived` (rows of the ops a pass kept copied from the verified
     schedule's columns, the others read) equals reading every op."""
     import numpy as np
 
     import collc.frontend as fe
     from collc.backends.msccl_xml.merge import merge_ops
-    from collc.regrouped import _Columns
+    from collc.verify.columns import OpColumns
 
     topo = fe.resolve_topology("ring(16)")
     sched = fe.instantiate_algorithm("ring", topo, fe.resolve_collective("allreduce", 16))
     merged = merge_ops(sched)
     kept = sum(1 for op in merged.ops if 0 <= op.id < len(sched.ops) and sched.ops[op.id] is op)
     assert 0 < kept < len(merged.ops)  # both kinds of rows
-    derived = _Columns.derived(merged.ops, sched.ops, _Columns(sched.ops, {}), {})
-    read = _Columns(merged.ops, {})
+    derived = OpColumns.derived(merged.ops, sched.ops, OpColumns(sched.ops, {}), {})
+    read = OpColumns(merged.ops, {})
     for name in ("ids", "step", "count", "kind_route", "src_rb", "src_idx", "dst_rb", "dst_idx", "ndeps", "deps"):
         assert np.array_equal(getattr(derived, name), getattr(read, name)), name

@@ -1,28 +1,11 @@
-"""Re-verification of a schedule that a pass only regrouped, on arrays.
+"""A schedule's ops as columns of numpy arrays, for the verifier's fast paths.
 
-The pass manager verifies the schedule again after every pass that changes it. A
-lowering pass such as `msccl-merge` changes how the work is grouped into ops (ops of
-one step over consecutive slots joined into one, large ops split) but not the work:
-at 1,024 ranks, verifying its 2 million merged ops again symbolically costs about as
-much as the first verification (tens of seconds). `same_work` decides instead, with a
-few numpy sorts, that the new schedule does exactly the verified one's work:
-
-- the same slot accesses: every op expanded into its one-slot units (step, kind,
-  route, source slot, destination slot), the two lists equal as multisets;
-- at least the same order: where a verified op a depends on op b, the op that now does
-  a's work depends on the op that now does b's (each old op's work in one new op);
-- well formed: unique ids, counts of at least one, every dependency listed earlier and
-  at an earlier step; the same collective and scratch.
-
-Why that is enough: the verified schedule has no races, so every two accesses of one
-slot where one writes are ordered by its dependencies; those orders survive, so the new
-schedule runs every slot's accesses in the same order (two units in one new op were of
-one step, where nothing conflicts), reads the same values, and ends in the same state.
-Its own unit accesses inherit the old ones' range, route and writability checks.
-
-Anything else (a unit more or less, a dependency lost, a step changed, an op split over
-several new ops) makes `same_work` return False, and the caller verifies in full: a
-wrong rewrite is reported by the verifier's own message, never waved through.
+At 1,024 ranks a schedule has millions of ops, and a Python loop over them costs
+seconds: `OpColumns` reads them once, with C-level maps, into one array per field (one
+row per op), which the array verifier (`collc.verify.arrays`) and the re-verification of
+a regrouped schedule (`collc.verify.regrouped`) sort and compare. A builder that has its
+ops as arrays already (the stdlib rings) hands them over as `BuiltColumns`, remembered
+with the schedule so that nothing reads the ops back.
 """
 
 from __future__ import annotations
@@ -35,40 +18,12 @@ from operator import attrgetter, is_, itemgetter
 import numpy as np
 
 from collc.ir.schedule import Buffer, Op, OpKind, Schedule
-from collc.ir.topology import Topology
-
-# id(schedule) -> (a weak reference to it, the topology it was verified on): schedules
-# that `verify` accepted with its race check. Weak: a registry must not keep millions
-# of ops alive.
-_VERIFIED: dict[int, tuple[weakref.ref, Topology | None]] = {}
-
-
-def mark_verified(schedule: Schedule, topology: Topology | None) -> None:
-    key = id(schedule)
-    _VERIFIED[key] = (weakref.ref(schedule, lambda _ref, key=key: _VERIFIED.pop(key, None)), topology)
-
-
-def is_verified(schedule: Schedule, topology: Topology | None) -> bool:
-    """Whether `verify(schedule, topology)` (races checked) accepted this very object."""
-    hit = _VERIFIED.get(id(schedule))
-    return hit is not None and hit[0]() is schedule and hit[1] is topology
-
-
-def verify_rewritten(before: Schedule | None, after: Schedule, topology: Topology) -> None:
-    """Raise ScheduleError unless `after` verifies on `topology`; cheap when `before` was
-    verified there and `after` does the same work (see the module docstring)."""
-    from collc.verify import verify
-
-    if before is not None and is_verified(before, topology) and same_work(before, after):
-        mark_verified(after, topology)
-        return
-    verify(after, topology)
 
 
 @dataclass(frozen=True)
 class BuiltColumns:
     """A schedule's ops as columns, from the builder that made them (the stdlib rings'
-    builders have them as arrays before they make the `Op`s): what `_Columns` would
+    builders have them as arrays before they make the `Op`s): what `OpColumns` would
     read back from the ops, one row per op; `deps` all ops' dependencies, in order."""
 
     ids: np.ndarray
@@ -84,25 +39,25 @@ class BuiltColumns:
 
 # id(schedule) -> (a weak reference to it, its columns): columns known without reading
 # the ops again (from a builder, or from a verification that read them).
-_KNOWN_COLUMNS: dict[int, tuple[weakref.ref, "_Columns"]] = {}
+_KNOWN_COLUMNS: dict[int, tuple[weakref.ref, "OpColumns"]] = {}
 
 
-def remember_columns(schedule: Schedule, columns: "BuiltColumns | _Columns") -> None:
+def remember_columns(schedule: Schedule, columns: "BuiltColumns | OpColumns") -> None:
     """Record `schedule`'s columns (they must be exactly its ops': a builder's own)."""
     if isinstance(columns, BuiltColumns):
-        columns = _Columns.from_built(columns)
+        columns = OpColumns.from_built(columns)
     key = id(schedule)
     _KNOWN_COLUMNS[key] = (weakref.ref(schedule, lambda _ref, key=key: _KNOWN_COLUMNS.pop(key, None)), columns)
 
 
-def columns_of(schedule: Schedule, keep: bool = False) -> "_Columns":
+def columns_of(schedule: Schedule, keep: bool = False) -> "OpColumns":
     """The schedule's columns: the recorded ones, else read from its ops (and recorded
     if `keep`). Columns with routes are never recorded (their codes depend on a table)."""
     hit = _KNOWN_COLUMNS.get(id(schedule))
     if hit is not None and hit[0]() is schedule:
         return hit[1]
     routes: dict[tuple[str, ...], int] = {}
-    columns = _Columns(schedule.ops, routes)
+    columns = OpColumns(schedule.ops, routes)
     if keep and not routes:
         remember_columns(schedule, columns)
     return columns
@@ -117,7 +72,7 @@ _BUFFER_CODE = {id(Buffer.INPUT): 0, id(Buffer.OUTPUT): 1, id(Buffer.SCRATCH): 2
 _KIND_CODE = {id(OpKind.COPY): 0, id(OpKind.REDUCE): 1}
 
 
-class _Columns:
+class OpColumns:
     """A schedule's ops as arrays (one row per op), and its units (one row per slot).
     Columns are read with C-level maps (attrgetter, itemgetter, id): at 1,024 ranks a
     schedule has millions of ops, and a Python loop over them costs seconds."""
@@ -147,9 +102,9 @@ class _Columns:
                                 count=int(self.ndeps.sum()))
 
     @classmethod
-    def derived(cls, ops: tuple[Op, ...], base_ops: tuple[Op, ...], base: "_Columns",
-                routes: dict[tuple[str, ...], int]) -> "_Columns":
-        """`_Columns(ops, routes)` for ops of which many are `base_ops`' own objects (a
+    def derived(cls, ops: tuple[Op, ...], base_ops: tuple[Op, ...], base: "OpColumns",
+                routes: dict[tuple[str, ...], int]) -> "OpColumns":
+        """`OpColumns(ops, routes)` for ops of which many are `base_ops`' own objects (a
         lowering pass keeps the ops it does not change): their rows are copied from
         `base` (whose ids are positions, with no routes), only the others are read."""
         n = len(ops)
@@ -185,7 +140,7 @@ class _Columns:
         return out
 
     @classmethod
-    def from_built(cls, built: BuiltColumns) -> "_Columns":
+    def from_built(cls, built: BuiltColumns) -> "OpColumns":
         out = cls.__new__(cls)
         out.n = len(built.ids)
         out.ids, out.step, out.kind_route = built.ids, built.step, built.kind
@@ -270,65 +225,3 @@ def sort_order(keys: list[np.ndarray]) -> np.ndarray:
         code <<= b
         code |= k
     return np.argsort(code, kind="stable")
-
-
-def _self_overlapping(c: _Columns) -> bool:
-    """Some op of several slots reads slots it also writes (its own order would matter)."""
-    same = (c.count > 1) & (c.src_rb == c.dst_rb)
-    return bool((same & (c.src_idx < c.dst_idx + c.count) & (c.dst_idx < c.src_idx + c.count)).any())
-
-
-def same_work(before: Schedule, after: Schedule) -> bool:
-    """Whether `after` does exactly `before`'s slot accesses, at the same steps, with at
-    least its ordering, and is well formed (see the module docstring)."""
-    if after.collective is not before.collective and after.collective != before.collective:
-        return False
-    if after.scratch != before.scratch or after.topology != before.topology:
-        return False
-    old = columns_of(before)
-    forget_columns(before)  # read once more here at most: the columns of millions of ops take hundreds of MB
-    routes: dict[tuple[str, ...], int] = {}
-    if bool((old.kind_route >= 2).any()):
-        old = _Columns(before.ops, routes)  # route codes from one table for both schedules
-        new = _Columns(after.ops, routes)
-    elif old.ids_are_positions():
-        new = _Columns.derived(after.ops, before.ops, old, routes)  # the ops a pass kept are not read again
-    else:
-        new = _Columns(after.ops, routes)
-    if int(old.count.sum()) != int(new.count.sum()) or bool((new.count < 1).any()) or _self_overlapping(old):
-        return False
-    # Well formed: ids unique, dependencies listed earlier and at an earlier step.
-    new_edges = new.edges()
-    if new_edges is None:
-        return False
-    op_pos, dep_pos = new_edges
-    if bool((dep_pos >= op_pos).any()) or bool((new.step[dep_pos] >= new.step[op_pos]).any()):
-        return False
-    # The same units: sorted the same way, the key columns are equal row by row.
-    old_owner, old_keys = old.units()
-    new_owner, new_keys = new.units()
-    old_order, new_order = sort_order(old_keys), sort_order(new_keys)
-    for a, b in zip(old_keys, new_keys):
-        if not np.array_equal(a[old_order], b[new_order]):
-            return False
-    # Each old op's work is in one new op (else verify in full: a split op's pieces
-    # would need a finer argument).
-    new_of_unit = new_owner[new_order]
-    old_of_unit = old_owner[old_order]
-    new_of_old = np.full(old.n, -1, dtype=np.int64)
-    new_of_old[old_of_unit] = new_of_unit
-    if bool((new_of_old[old_of_unit] != new_of_unit).any()):
-        return False
-    # Every old dependency is a dependency of the ops that now do the work.
-    old_edges = old.edges()
-    if old_edges is None:
-        return False
-    o_op, o_dep = old_edges
-    wanted = new_of_old[o_op] * new.n + new_of_old[o_dep]
-    have = np.sort(op_pos * new.n + dep_pos)  # sorted and searched: np.isin hashes, slower here
-    if len(wanted) == 0:
-        return True
-    if len(have) == 0:
-        return False
-    found = have[np.minimum(np.searchsorted(have, wanted), len(have) - 1)]
-    return bool((found == wanted).all())
