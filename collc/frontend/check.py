@@ -3,19 +3,18 @@
 Each statement must belong to the kind of body it is in, every name must be defined
 before use (parameters, `let`s, loop variables, the builtins of the context, the
 module's constants), node references in links must start at a declared node or part,
-and every topology, collective and part named must be visible.
+and every topology, collective and part named must be visible. Pipelines are checked
+for their names, settings and required settings.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import STANDARD_FUNCTIONS, suggest, unknown_name_error
-
-if TYPE_CHECKING:
-    from collc.frontend.modules import Module
+from collc.frontend.module import Module
 
 TOPOLOGY, COLLECTIVE, ALGORITHM = "topology", "collective", "algorithm"
 
@@ -44,13 +43,15 @@ def _a(word: str) -> str:
     return ("an " if word[0] in "aeiou" else "a ") + word
 
 
-class _StaticScope:
-    def __init__(self, parent: "_StaticScope | None" = None):
+class StaticScope:
+    """The names defined at a point of a body (and where), for the static checks."""
+
+    def __init__(self, parent: "StaticScope | None" = None):
         self.parent = parent
         self.names: dict[str, Span | None] = {}
 
     def find(self, name: str) -> tuple[bool, Span | None]:
-        scope: _StaticScope | None = self
+        scope: StaticScope | None = self
         while scope is not None:
             if name in scope.names:
                 return True, scope.names[name]
@@ -59,7 +60,7 @@ class _StaticScope:
 
     def visible(self) -> set[str]:
         out: set[str] = set()
-        scope: _StaticScope | None = self
+        scope: StaticScope | None = self
         while scope is not None:
             out |= set(scope.names)
             scope = scope.parent
@@ -75,33 +76,34 @@ class _StaticScope:
             raise CollcError(f"'{name}' is already defined ({origin}); choose another name", span)
         self.names[name] = span
 
-    def child(self) -> "_StaticScope":
-        return _StaticScope(self)
+    def child(self) -> "StaticScope":
+        return StaticScope(self)
 
 
-def _constants_scope(module: "Module") -> _StaticScope:
-    scope = _StaticScope()
+def constants_scope(module: Module) -> StaticScope:
+    """A scope holding the module's `let` constants (what every body sees first)."""
+    scope = StaticScope()
     for let in module.syntax.constants:
         scope.names[let.name] = let.span
     return scope
 
 
-def check_module(module: "Module") -> None:
-    constants = _StaticScope()
+def check_module(module: Module) -> None:
+    constants = StaticScope()
     builtins = {name for names in BUILTIN_NAMES.values() for name in names}
     for let in module.syntax.constants:
-        _BodyChecker(module, TOPOLOGY, {}, None).expr(let.value, constants)
+        BodyChecker(module, TOPOLOGY, {}, None).expr(let.value, constants)
         if let.name in builtins:
             raise CollcError(f"'{let.name}' is a builtin name in collectives and algorithms; choose another name",
                              let.span)
         constants.define(let.name, let.span, {})
     for d in module.syntax.definitions:
         kind = d.kind_word
-        _check_definition(module, d, kind, _constants_scope(module))
+        _check_definition(module, d, kind, constants_scope(module))
     for req in module.syntax.requests:
         module.lookup_collective(req.collective.name, req.collective.name_span)
         module.lookup_topology(req.topology.name, req.topology.name_span)
-        checker = _BodyChecker(module, TOPOLOGY, {}, None)
+        checker = BodyChecker(module, TOPOLOGY, {}, None)
         for spec in (req.collective, req.topology, req.using):
             if spec is not None:
                 for a in spec.args:
@@ -110,14 +112,14 @@ def check_module(module: "Module") -> None:
             checker.expr(req.size, constants)
 
 
-def _check_definition(module: "Module", d: ast.Definition, kind: str, constants: _StaticScope) -> None:
+def _check_definition(module: Module, d: ast.Definition, kind: str, constants: StaticScope) -> None:
     root_owner: str | None = None
     if isinstance(d, ast.AlgorithmDef):
         coll = module.lookup_collective(d.collective, d.collective_span)
         if not any(p.name == "root" for p in coll.defn.params):
             root_owner = d.collective
     groups = _declared_groups(d.body) if kind == TOPOLOGY else {}
-    checker = _BodyChecker(module, kind, groups, root_owner)
+    checker = BodyChecker(module, kind, groups, root_owner)
     scope = constants.child()
     for name in BUILTIN_NAMES[kind]:
         scope.names[name] = None
@@ -147,8 +149,11 @@ def _declared_groups(stmts: tuple[ast.Stmt, ...]) -> dict[str, Span]:
     return out
 
 
-class _BodyChecker:
-    def __init__(self, module: "Module", kind: str, groups: dict[str, Span], root_owner: str | None):
+class BodyChecker:
+    """Checks the statements and expressions of one kind of body (a topology, collective or
+    algorithm; pipelines are checked as topology-level expressions)."""
+
+    def __init__(self, module: Module, kind: str, groups: dict[str, Span], root_owner: str | None):
         self.module = module
         self.kind = kind
         self.groups = groups
@@ -156,11 +161,11 @@ class _BodyChecker:
         self.functions = set(STANDARD_FUNCTIONS) | ({"chunk"} if kind == COLLECTIVE else set())
 
     # --- statements ---
-    def stmts(self, stmts: tuple[ast.Stmt, ...], scope: _StaticScope) -> None:
+    def stmts(self, stmts: tuple[ast.Stmt, ...], scope: StaticScope) -> None:
         for s in stmts:
             self.stmt(s, scope)
 
-    def stmt(self, s: ast.Stmt, scope: _StaticScope) -> None:
+    def stmt(self, s: ast.Stmt, scope: StaticScope) -> None:
         home = _HOME.get(type(s))
         if home is not None and home != self.kind:
             raise CollcError(f"{_STATEMENT_WORDS[type(s)]} belong in {_a(home)}, not in {_a(self.kind)}", s.span)
@@ -209,11 +214,11 @@ class _BodyChecker:
         else:  # pragma: no cover - every statement type is handled above
             raise CollcError(f"unexpected statement {type(s).__name__}", s.span)
 
-    def loc(self, loc: ast.Loc, scope: _StaticScope) -> None:
+    def loc(self, loc: ast.Loc, scope: StaticScope) -> None:
         self.expr(loc.rank, scope)
         self.expr(loc.index, scope)
 
-    def endpoint(self, e: ast.Expr, scope: _StaticScope) -> None:
+    def endpoint(self, e: ast.Expr, scope: StaticScope) -> None:
         """`g[i]`, `sw`, `c[k].g[3]`: the leftmost name is a node or part."""
         if isinstance(e, ast.Name):
             if e.id not in self.groups:
@@ -231,7 +236,7 @@ class _BodyChecker:
             raise CollcError("a link joins nodes: write a node such as `g[0]`, `sw` or `box[1].g[3]`", e.span)
 
     # --- expressions ---
-    def expr(self, e: ast.Expr, scope: _StaticScope) -> None:
+    def expr(self, e: ast.Expr, scope: StaticScope) -> None:
         if isinstance(e, ast.Name):
             self.name(e, scope)
         elif isinstance(e, ast.Binary):
@@ -268,7 +273,7 @@ class _BodyChecker:
             for item in e.items:
                 self.expr(item, scope)
 
-    def name(self, e: ast.Name, scope: _StaticScope) -> None:
+    def name(self, e: ast.Name, scope: StaticScope) -> None:
         found, _ = scope.find(e.id)
         if found:
             if e.id == "root" and self.root_owner is not None:
@@ -278,3 +283,66 @@ class _BodyChecker:
         if e.id in self.groups:
             raise CollcError(f"'{e.id}' is a node or part; it can only be used in a link", e.span)
         raise unknown_name_error(e.id, scope.visible(), e.span)
+
+
+# --- pipelines -----------------------------------------------------------------------
+
+# Settings of a `pipeline` declaration (evaluated by `eval/pipeline.py`).
+@dataclass(frozen=True)
+class SettingInfo:
+    what: str  # for messages and docs
+    required: bool = False
+
+
+SETTINGS: dict[str, SettingInfo] = {
+    "stages": SettingInfo("the number of pipeline stages"),
+    "gpus": SettingInfo("the GPUs of each stage: a set per stage, one GPU per data-parallel replica"),
+    "data_parallel": SettingInfo("data-parallel replicas of the whole pipeline"),
+    "microbatches": SettingInfo("micro-batches per step", required=True),
+    "schedule": SettingInfo('"gpipe", "1f1b", "interleaved", "zb-h1", or a schedule .csv file', required=True),
+    "chunks": SettingInfo("model chunks per stage (interleaved 1F1B)"),
+    "forward": SettingInfo("forward time of one micro-batch, per stage", required=True),
+    "backward": SettingInfo("full backward time of one micro-batch, per stage", required=True),
+    "backward_weight": SettingInfo("the weight-gradient part of the backward, per stage"),
+    "activations": SettingInfo("bytes sent from one stage to the next per micro-batch"),
+    "gradients": SettingInfo("gradient bytes of each stage (held, and combined across replicas)"),
+    "gradient_collective": SettingInfo('"allreduce" or "reducescatter+allgather"'),
+    "device_memory": SettingInfo("memory of one GPU"),
+    "weights": SettingInfo("weight bytes per stage"),
+    "optimizer": SettingInfo("optimizer-state bytes per stage"),
+    "activation_memory": SettingInfo("activation bytes a stage keeps per in-flight micro-batch"),
+}
+
+
+def check_pipelines(module: Module) -> None:
+    """Names, duplicates and required settings of every pipeline in a module."""
+    seen: dict[str, Span] = {}
+    for p in module.syntax.pipelines:
+        if p.name in seen:
+            raise CollcError(f"pipeline '{p.name}' is defined twice (first at {seen[p.name]})", p.name_span)
+        seen[p.name] = p.span
+        module.lookup_topology(p.topology.name, p.topology.name_span)
+        checker = BodyChecker(module, TOPOLOGY, {}, None)
+        scope = constants_scope(module).child()
+        for param in p.params:
+            if param.default is not None:
+                checker.expr(param.default, scope)
+            scope.define(param.name, param.span, {})
+        for a in p.topology.args:
+            checker.expr(a.value, scope)
+        given: dict[str, Span] = {}
+        for s in p.settings:
+            if s.name not in SETTINGS:
+                hint = suggest(s.name, list(SETTINGS))
+                raise CollcError(f"unknown pipeline setting '{s.name}'" + (f"; did you mean '{hint}'?" if hint else
+                                 f" (known: {', '.join(SETTINGS)})"), s.name_span)
+            if s.name in given:
+                raise CollcError(f"setting '{s.name}' is given twice (first at {given[s.name]})", s.name_span)
+            given[s.name] = s.span
+            checker.expr(s.value, scope)
+        missing = [n for n, info in SETTINGS.items() if info.required and n not in given]
+        if "stages" not in given and "gpus" not in given:
+            missing.insert(0, "stages")
+        if missing:
+            raise CollcError(f"pipeline '{p.name}' needs {', '.join(f'`{n} = ...;`' for n in missing)} "
+                             f"({'; '.join(SETTINGS[n].what for n in missing)})", p.name_span)

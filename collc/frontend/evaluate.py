@@ -15,11 +15,10 @@ from typing import Any, Callable
 
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
-from collc.frontend.values import (
-    DIM_EXAMPLES, NUMBER, UNITS, Chunks, Dim, Quantity, dim_of, dim_word, format_value, quantity, type_word,
-)
+from collc.frontend.values import Chunks, Quantity, dim_of, dim_word, format_value, quantity, type_word
 from collc.ir.collective import value_str
 from collc.limits import exceeded, int_limit
+from collc.units import DIM_EXAMPLES, NUMBER, UNITS, Dim
 
 
 class RequirementError(CollcError):

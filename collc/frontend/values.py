@@ -4,7 +4,8 @@ lists, chunk sets and strings; units; and how each is written in messages.
 A quantity's dimension is the pair (exponent of bytes, exponent of seconds): a size is
 (1, 0), a time (0, 1), a bandwidth (1, -1). Arithmetic combines dimensions, so
 `1 GiB / 25 GB/s` is a time, and a link's `bw 5 us` is caught as a time where a
-bandwidth was expected. Quantities are held in SI units (bytes, seconds).
+bandwidth was expected. Quantities are held in SI units (bytes, seconds). The units
+themselves, and how sizes, times and bandwidths are written, are `collc.units`'.
 """
 
 from __future__ import annotations
@@ -13,16 +14,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from collc.ir.collective import ChunkId, value_str
-
-Dim = tuple[int, int]  # (bytes exponent, seconds exponent)
-
-NUMBER: Dim = (0, 0)
-SIZE: Dim = (1, 0)
-TIME: Dim = (0, 1)
-BANDWIDTH: Dim = (1, -1)
-
-DIM_WORDS = {NUMBER: "a number", SIZE: "a size", TIME: "a time", BANDWIDTH: "a bandwidth"}
-DIM_EXAMPLES = {SIZE: "64 MiB", TIME: "0.7 us", BANDWIDTH: "25 GB/s"}
+from collc.units import (
+    BANDWIDTH, DIM_WORDS, NUMBER, SIZE, TIME, UNITS, Dim, format_bandwidth, format_bytes, format_number, format_time,
+)
 
 
 class Unit(str, Enum):
@@ -53,16 +47,6 @@ class Unit(str, Enum):
     TIB = "TiB"
 
 
-# unit -> (SI factor, dimension). Bits are an eighth of a byte; GB = 1e9 bytes (as
-# nccl-tests counts), GiB = 2**30.
-UNITS: dict[str, tuple[float, Dim]] = {
-    "TB/s": (1e12, BANDWIDTH), "GB/s": (1e9, BANDWIDTH), "MB/s": (1e6, BANDWIDTH), "KB/s": (1e3, BANDWIDTH),
-    "Tbit/s": (1e12 / 8, BANDWIDTH), "Gbit/s": (1e9 / 8, BANDWIDTH), "Mbit/s": (1e6 / 8, BANDWIDTH),
-    "Tb/s": (1e12 / 8, BANDWIDTH), "Gb/s": (1e9 / 8, BANDWIDTH), "Mb/s": (1e6 / 8, BANDWIDTH),
-    "s": (1.0, TIME), "ms": (1e-3, TIME), "us": (1e-6, TIME), "ns": (1e-9, TIME),
-    "B": (1, SIZE), "KB": (1e3, SIZE), "MB": (1e6, SIZE), "GB": (1e9, SIZE), "TB": (1e12, SIZE),
-    "KiB": (2 ** 10, SIZE), "MiB": (2 ** 20, SIZE), "GiB": (2 ** 30, SIZE), "TiB": (2 ** 40, SIZE),
-}
 assert set(UNITS) == {u.value for u in Unit}
 
 
@@ -134,37 +118,14 @@ def type_word(value: object) -> str:
     return type(value).__name__
 
 
-def _g(x: float) -> str:
-    text = f"{x:.6g}"
-    return text
-
-
 def format_quantity(q: Quantity) -> str:
     if q.dim == BANDWIDTH:
-        return f"{_g(q.value / 1e9)} GB/s"
+        return format_bandwidth(q.value)
     if q.dim == TIME:
-        v = abs(q.value)
-        for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-7)):
-            if v >= f:
-                f = 1e-6 if unit == "us" else f
-                return f"{_g(q.value / f)} {unit}"
-        return f"{_g(q.value / 1e-9)} ns"
+        return format_time(q.value)
     if q.dim == SIZE:
-        return format_size(q.value)
-    return f"{_g(q.value)} ({dim_word(q.dim)})"
-
-
-def format_size(nbytes: float) -> str:
-    if nbytes == int(nbytes):
-        n = int(nbytes)
-        for unit, f in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-            if n and n % f == 0:
-                return f"{n // f} {unit}"
-        for unit, f in (("TB", 10 ** 12), ("GB", 10 ** 9), ("MB", 10 ** 6), ("KB", 10 ** 3)):
-            if n and n % f == 0:
-                return f"{n // f} {unit}"
-        return f"{n} B"
-    return f"{_g(nbytes)} B"
+        return format_bytes(q.value)
+    return f"{format_number(q.value)} ({dim_word(q.dim)})"
 
 
 def format_value(value: object) -> str:
@@ -174,7 +135,7 @@ def format_value(value: object) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return _g(value)
+        return format_number(value)
     if isinstance(value, Quantity):
         return format_quantity(value)
     if isinstance(value, str):

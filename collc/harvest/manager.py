@@ -49,10 +49,12 @@ from multiprocessing.connection import Connection, Listener, wait
 from pathlib import Path
 from typing import Any
 
+from collc.diagnostics import CollcError
 from collc.harvest import cgroups, limits, proctree, protocol, rundir
 from collc.harvest.cgroups import TaskCgroups
 from collc.harvest.supervisor import supervise
 from collc.harvest.tasks import TaskSpec
+from collc.units import SIZE, parse_quantity
 
 FINAL_STATES = ("finished", "stopped")
 # How often the tree's memory is read while no cgroup caps it (and at each run's end).
@@ -873,14 +875,13 @@ def _remove_own_file(path: Path) -> None:
 # --- the manager's own command line (`python -m collc.harvest.manager`) ----------------
 
 def parse_size(text: str) -> int:
-    units = {"": 1, "K": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MIB": 1 << 20,
-             "G": 1 << 30, "GIB": 1 << 30, "B": 1}
-    t = text.strip().upper()
-    number = t.rstrip("KMGIB")
-    unit = t[len(number):]
-    if not number or unit not in units:
-        raise ValueError(f"size {text!r} must be a number with an optional K/M/G unit")
-    return int(float(number) * units[unit])
+    """`512M`, `2GiB`, `512MB`, `1.5g`: the language's size units (`MB` = 10^6 bytes,
+    `MiB` = 2^20) and nccl-tests' `K`/`M`/`G`/`T` (powers of 1024), in any case; a
+    fraction of a byte is dropped. Raises ValueError on anything else."""
+    try:
+        return int(parse_quantity(text, SIZE, ignore_case=True, filename="<size>"))
+    except CollcError as err:
+        raise ValueError(f"size {text!r}: {err.message}") from None
 
 
 def parse_device_arg(text: str) -> DeviceConfig:

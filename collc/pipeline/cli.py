@@ -89,7 +89,7 @@ def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes, titl
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from collc.cli import UsageError
-    from collc.frontend.pipeline import resolve_pipeline
+    from collc.frontend.specs import resolve_pipeline
     from collc.pipeline import render
     from collc.pipeline.csv_format import format_order
     from collc.pipeline.predict import predict

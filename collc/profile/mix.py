@@ -20,12 +20,12 @@ longest and the shortest is its straggler time. Rows sum both over their job cal
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from collc.traces.records import CollectiveCall
+from collc.units import format_bytes
 
 P2P = ("send", "recv")
 
@@ -473,11 +473,5 @@ def per_iteration(mix: Mix) -> float:
 
 
 def human_bytes(n: int | float | None) -> str:
-    if n is None:
-        return "?"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" or n == math.floor(n) else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+    """`1.5 KiB`, `64 MiB`, `?` for an unknown size (rounded: `collc.units.format_bytes`)."""
+    return "?" if n is None else format_bytes(n, exact=False)

@@ -10,7 +10,7 @@ from lark import Tree
 
 from collc.diagnostics import CollcError
 from collc.frontend import ast, parse
-from collc.frontend.modules import stdlib_modules
+from collc.frontend.module import stdlib_modules
 from collc.frontend.parser import CollSyntaxError, lark_parser, parse_spec, parse_tree, parse_value
 from collc.frontend.printer import format_module
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import collc.frontend as fe
+from collc.diagnostics import CollcError
 
 BIG = """
 topology big {
@@ -49,7 +50,7 @@ compile allgather on split() size 1 MiB;
 """)
     try:
         fe.check_file(path)
-    except fe.CollcError as err:
+    except CollcError as err:
         # rank 0's chunk cannot reach the second half (links there lead only into `a`).
         assert "chunk(0, 0)" in err.message and "300" in err.message, err.message
     else:

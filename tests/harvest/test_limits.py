@@ -95,3 +95,13 @@ def test_task_process_gpu_setup_against_a_stand_in_not_a_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "unset")
     assert _array_module("cuda:2", 3 << 30) is fake
     assert seen_env == ["2=3072M"] and used == [2] and pool.limit == 3 << 30
+
+
+def test_memory_sizes_take_the_language_units_and_every_old_spelling():
+    # MB is 10^6 bytes as in .coll; M, MiB, m, mib are 2^20 as `--memory 512M` always meant
+    assert parse_size("512MB") == 512 * 10 ** 6
+    assert parse_size("512M") == parse_size("512m") == parse_size("512MiB") == parse_size("512mib") == 512 << 20
+    assert parse_size("1.5G") == 3 << 29 and parse_size("8B") == 8 and parse_size("4096") == 4096
+    assert parse_device_arg("cuda:0=2GB") == DeviceConfig("cuda:0", 2 * 10 ** 9)
+    with pytest.raises(ValueError, match="got a time"):
+        parse_size("5us")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from collc.diagnostics import CollcError
-from collc.frontend.modules import clear_cache
-from collc.frontend.pipeline import resolve_pipeline
+from collc.frontend.load import clear_cache
+from collc.frontend.specs import resolve_pipeline
 from collc.ir.pipeline import GradientCollective, ScheduleKind
 from collc.pipeline.predict import predict
 

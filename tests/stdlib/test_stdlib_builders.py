@@ -8,14 +8,14 @@ import time
 import pytest
 
 import collc.frontend as fe
-from collc.frontend.algorithm import instantiate
+from collc.frontend.eval.algorithm import instantiate
 from collc.frontend.stdlib_builders import builder_for
 
 
 def both(coll: str, topo_spec: str, chunks: int):
     topo = fe.resolve_topology(topo_spec)
     collective = fe.resolve_collective(f"{coll}(chunks={chunks})", topo.num_ranks)
-    entry = fe._stdlib_view().lookup_algorithm("ring", coll, None)
+    entry = fe.stdlib_view().lookup_algorithm("ring", coll, None)
     built = instantiate(entry, topo, collective, [], None)
     interpreted = instantiate(entry, topo, collective, [], None, interpret=True)
     return entry, built, interpreted
@@ -35,13 +35,13 @@ def test_built_ring_equals_interpreted_ring(coll, topo_spec, chunks):
 def test_user_algorithms_are_interpreted(tmp_path):
     path = tmp_path / "mine.coll"
     path.write_text((fe.stdlib_root() / "algorithms" / "ring.coll").read_text())  # a copy of the stdlib's
-    module_entry = fe._load_module(path).algorithms["ring"]["allgather"]
+    module_entry = fe.load_module(path).algorithms["ring"]["allgather"]
     assert module_entry.module.stdlib_name is None
     assert builder_for(module_entry.module.stdlib_name, module_entry.defn) is None
 
 
 def test_the_stdlib_ring_is_built_not_interpreted(monkeypatch):
-    from collc.frontend import algorithm as front
+    from collc.frontend.eval import algorithm as front
 
     def refuse(*args, **kw):
         raise AssertionError("the stdlib's ring was interpreted")
@@ -59,7 +59,7 @@ def test_emitter_derives_the_dependencies_and_steps_of_program_add():
     (slots reused, sources equal to destinations, all three buffers)."""
     import random
 
-    from collc.frontend.algorithm import _Program
+    from collc.frontend.eval.algorithm import _Program
     from collc.frontend.stdlib_builders import _BUFFER_ORDER, _Emitter
     from collc.ir.collective import standard
     from collc.ir.schedule import Loc, OpKind
@@ -85,14 +85,14 @@ def test_emitter_derives_the_dependencies_and_steps_of_program_add():
 def test_batched_builders_equal_the_one_op_at_a_time_rule(coll, topo_spec, chunks):
     """The numpy builders (`_Batches`) against the same loops run through `_Emitter`, one
     op at a time, on rings that are not in rank order (dgx1, ndv2) and several chunks."""
-    from collc.frontend.algorithm import _Program
+    from collc.frontend.eval.algorithm import _Program
     from collc.frontend.rings import find_ring
     from collc.frontend.stdlib_builders import COPY, REDUCE, _Emitter
 
     topo = fe.resolve_topology(topo_spec)
     collective = fe.resolve_collective(f"{coll}(chunks={chunks})", topo.num_ranks)
     ring = find_ring(topo)
-    entry = fe._stdlib_view().lookup_algorithm("ring", coll, None)
+    entry = fe.stdlib_view().lookup_algorithm("ring", coll, None)
     build, stmts = builder_for(entry.module.stdlib_name, entry.defn)
     fast = _Program(collective)
     build(fast, collective, ring, stmts)
@@ -156,7 +156,7 @@ def test_batches_follow_program_add_on_random_conflict_free_batches():
 
     import numpy as np
 
-    from collc.frontend.algorithm import _Program
+    from collc.frontend.eval.algorithm import _Program
     from collc.frontend.stdlib_builders import _BUFFER_ORDER, _Batches
     from collc.ir.collective import standard
     from collc.ir.schedule import Loc, OpKind

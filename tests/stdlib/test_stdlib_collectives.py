@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from collc.frontend import _stdlib_view, resolve_collective
-from collc.frontend.collective import instantiate
+from collc.frontend import resolve_collective, stdlib_view
+from collc.frontend.eval.collective import instantiate
 from collc.ir.collective import CollectiveKind, standard
 
 UNROOTED = ["allgather", "reducescatter", "allreduce", "alltoall"]
@@ -21,7 +21,7 @@ ROOTED = ["broadcast", "reduce", "gather", "scatter"]
 
 def interpreted(name: str, ranks: int, **kw: int):
     args = [(k, v, None) for k, v in kw.items()]
-    return instantiate(_stdlib_view().lookup_collective(name, None), ranks, args, None, interpret=True)
+    return instantiate(stdlib_view().lookup_collective(name, None), ranks, args, None, interpret=True)
 
 
 @pytest.mark.parametrize("kind", UNROOTED)
@@ -61,7 +61,7 @@ def test_arguments_are_still_checked_when_built():
 def test_large_collectives_are_built_not_interpreted(monkeypatch):
     # Interpreting AllReduce's postcondition is ranks^3 evaluations (minutes at 1,024
     # ranks); the builder shares one set per slot index across ranks.
-    from collc.frontend import collective as front
+    from collc.frontend.eval import collective as front
 
     def refuse(*args, **kw):
         raise AssertionError("the stdlib's allreduce was interpreted")

@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from collc.diagnostics import CollcError, Span
-from collc.frontend import algorithm as algorithm_mod
 from collc.frontend import ast
-from collc.frontend import collective as collective_mod
-from collc.frontend import topology as topology_mod
+from collc.frontend.eval import algorithm as algorithm_mod
+from collc.frontend.eval import collective as collective_mod
+from collc.frontend.eval import topology as topology_mod
 from collc.frontend.evaluate import Evaluator, Scope, as_int
+from collc.frontend.module import Module
 from collc.frontend.runner import evaluate_args
-from collc.frontend.values import SIZE, Quantity, dim_of, format_size, format_value, type_word
+from collc.frontend.values import SIZE, Quantity, dim_of, format_value, type_word
 from collc.ir.collective import ChunkId, Collective, value_str
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.limits import exceeded, int_limit
+from collc.units import format_bytes
 from collc.verify import unreachable_pairs
-
-if TYPE_CHECKING:
-    from collc.frontend.modules import Module
 
 # The pass a request names when `using` is omitted.
 DEFAULT_PIPELINE = "synthesize"
@@ -41,7 +40,7 @@ class CompileRequest:
     span: Span
 
     def describe(self) -> str:
-        size = f", {format_size(self.size_bytes)}" if self.size_bytes is not None else ""
+        size = f", {format_bytes(self.size_bytes)}" if self.size_bytes is not None else ""
         how = f"using {self.algorithm}" if self.algorithm else f"via {self.pipeline}"
         return (f"{self.collective.name} on {self.topology.name}: {self.collective.ranks} ranks{size}, {how}")
 
@@ -114,7 +113,7 @@ def pipeline_text(spec: ast.CallSpec, scope: Scope, ev: Evaluator) -> str:
     return text
 
 
-def evaluate_request(module: "Module", req: ast.Compile) -> CompileRequest:
+def evaluate_request(module: Module, req: ast.Compile) -> CompileRequest:
     from collc.passes.base import registered_passes
 
     ev = Evaluator()

@@ -10,19 +10,17 @@ the same ordered pair merge into one with the multiplicities added.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import Evaluator, Scope, as_dim, as_int, suggest
+from collc.frontend.module import Entry
 from collc.frontend.printer import format_expr
 from collc.frontend.runner import BodyRunner, bind_args, called_from, evaluate_args, instance_name, params_scope
 from collc.frontend.values import BANDWIDTH, TIME, Quantity, format_quantity
 from collc.ir.topology import Link, Node, NodeKind, Topology
 from collc.limits import exceeded, int_limit, limit
-
-if TYPE_CHECKING:
-    from collc.frontend.modules import Entry
 
 # Latency of a link that states none.
 DEFAULT_LATENCY = 0.0
@@ -119,45 +117,40 @@ def add_link(elab: Elaborated, src: str, dst: str, info: LinkInfo) -> None:
 
 # --- elaboration --------------------------------------------------------------------
 
-# (definition id, args) -> (definition, instance); holding the definition keeps its id unique.
-_CACHE: dict[tuple, tuple[ast.Definition, Elaborated]] = {}
-# Instances being elaborated (parts inside parts), to catch a topology containing itself.
-_STACK: list[tuple[tuple, str]] = []
+# Instances already elaborated live on the module that defines them (`Module.elaborated`).
 MAX_PART_DEPTH = 32
 
+# The instances being elaborated, outermost first, as (key, name): parts inside parts,
+# to catch a topology containing itself.
+Chain = tuple[tuple[tuple, str], ...]
 
-def clear_cache() -> None:
-    _CACHE.clear()
 
-
-def elaborate(entry: "Entry", args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None) -> Elaborated:
+def elaborate(entry: Entry, args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None,
+              chain: Chain = ()) -> Elaborated:
     """Instantiate a topology definition with arguments (name or None, value, span)."""
     defn = entry.defn
     ev = Evaluator()
     bound = bind_args(defn, args, call_span, entry.module.constants, ev)
     key = (id(defn), bound.key())
-    cached = _CACHE.get(key)
+    cache = entry.module.elaborated
+    cached = cache.get(key)
     if cached is not None and cached[0] is defn:
         return cached[1]
     name = instance_name(defn, bound)
-    if any(k == key for k, _ in _STACK):
-        chain = " -> ".join([n for _, n in _STACK] + [name])
-        raise CollcError(f"topology {name} contains itself through its parts ({chain})", call_span)
-    if len(_STACK) >= MAX_PART_DEPTH:
+    if any(k == key for k, _ in chain):
+        names = " -> ".join([n for _, n in chain] + [name])
+        raise CollcError(f"topology {name} contains itself through its parts ({names})", call_span)
+    if len(chain) >= MAX_PART_DEPTH:
         raise CollcError(f"parts are nested more than {MAX_PART_DEPTH} deep", call_span)
     elab = Elaborated(name, defn.doc)
     scope = params_scope(entry.module.constants, defn, bound)
-    _STACK.append((key, name))
-    try:
-        with called_from(f"topology {elab.name}", call_span):
-            _TopologyRunner(ev, entry, elab).run(defn.body, scope.child())
-    finally:
-        _STACK.pop()
-    _CACHE[key] = (defn, elab)
+    with called_from(f"topology {elab.name}", call_span):
+        _TopologyRunner(ev, entry, elab, (*chain, (key, name))).run(defn.body, scope.child())
+    cache[key] = (defn, elab)
     return elab
 
 
-def instantiate(entry: "Entry", args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None) -> Topology:
+def instantiate(entry: Entry, args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None) -> Topology:
     """A topology used as the target of a collective: it must have GPUs."""
     elab = elaborate(entry, args, call_span)
     gpus = sum(1 for _, kind in elab.nodes if kind is NodeKind.GPU)
@@ -171,8 +164,9 @@ def instantiate(entry: "Entry", args: Sequence[tuple[str | None, Any, Span]], ca
 
 
 class _TopologyRunner(BodyRunner):
-    def __init__(self, ev: Evaluator, entry: "Entry", elab: Elaborated):
+    def __init__(self, ev: Evaluator, entry: Entry, elab: Elaborated, chain: Chain):
         super().__init__(ev)
+        self.chain = chain
         self.entry = entry
         self.elab = elab
         self.link_statements = 0  # links declared (merged ones too), against the `links` limit
@@ -233,7 +227,7 @@ class _TopologyRunner(BodyRunner):
         count = self._count(stmt.count, scope, f"parts in '{stmt.name}'")
         spec = stmt.topology
         target = self.entry.module.lookup_topology(spec.name, spec.name_span)
-        sub = elaborate(target, evaluate_args(spec.args, scope, self.ev), spec.span)
+        sub = elaborate(target, evaluate_args(spec.args, scope, self.ev), spec.span, self.chain)
         # Checked before copying: parts of parts multiply (32 parts of 32 parts of ...).
         self._check_nodes((count or 1) * len(sub.nodes), stmt.span)
         self._check_gpus((count or 1) * sum(1 for _, kind in sub.nodes if kind is NodeKind.GPU), stmt.span)

@@ -10,18 +10,16 @@ chunk(r, i) unless a `pre` statement says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import Evaluator, Scope, as_int, RankRangeError
+from collc.frontend.module import Entry
 from collc.frontend.runner import BodyRunner, bind_args, called_from, params_scope
 from collc.frontend.values import Chunks, format_value, type_word
 from collc.ir.collective import ChunkId, Collective, CollectiveKind, Value, standard, value_str
 from collc.limits import exceeded, int_limit
-
-if TYPE_CHECKING:
-    from collc.frontend.modules import Entry
 
 ROOTED = {CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER, CollectiveKind.SCATTER}
 
@@ -49,7 +47,7 @@ Inputs = tuple[tuple[Value, ...], ...]
 Outputs = tuple[tuple[Value | None, ...], ...]
 
 
-def instantiate(entry: "Entry", ranks: int, args: Args, call_span: Span | None,
+def instantiate(entry: Entry, ranks: int, args: Args, call_span: Span | None,
                 interpret: bool = False) -> Collective:
     """The collective at `ranks` ranks. The standard library's definitions of the standard
     collectives are not interpreted but built by `collc.ir.collective.standard` (equal
@@ -90,7 +88,7 @@ def instantiate(entry: "Entry", ranks: int, args: Args, call_span: Span | None,
     return _with_kind(coll, entry)
 
 
-def _built(entry: "Entry", ranks: int, chunks: int | None, root: int | None) -> Collective | None:
+def _built(entry: Entry, ranks: int, chunks: int | None, root: int | None) -> Collective | None:
     """The IR builder's collective for a standard library definition of a standard
     collective (whose parameters are exactly chunks, and root for the rooted ones)."""
     if not entry.is_stdlib:
@@ -104,7 +102,7 @@ def _built(entry: "Entry", ranks: int, chunks: int | None, root: int | None) -> 
     return standard(kind, ranks, chunks, root or 0)
 
 
-def _with_kind(coll: Collective, entry: "Entry") -> Collective:
+def _with_kind(coll: Collective, entry: Entry) -> Collective:
     """The standard kind named like the collective: taken on trust for the standard library,
     checked against the IR's builder for a user's definition."""
     try:

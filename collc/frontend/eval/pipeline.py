@@ -1,4 +1,4 @@
-"""`pipeline` declarations: static checks and evaluation into a `PipelineJob`.
+"""`pipeline` declarations: evaluation into a `PipelineJob` (the static checks are `check.py`'s).
 
     pipeline gpt(microbatches = 8) on dgx1 {
         stages = 4;
@@ -19,85 +19,19 @@ that is wrong.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
+from collc.frontend.eval import topology as topology_mod
 from collc.frontend.evaluate import Evaluator, as_int, suggest
+from collc.frontend.module import Module
 from collc.frontend.runner import bind_args, called_from, evaluate_args, instance_name
 from collc.frontend.values import NUMBER, SIZE, TIME, Quantity, dim_of, format_value, type_word
 from collc.ir.pipeline import GradientCollective, MemoryModel, PipelineJob, ScheduleKind
 from collc.ir.topology import NodeKind, Topology
-
-if TYPE_CHECKING:
-    from collc.frontend.modules import Module
-
-
-@dataclass(frozen=True)
-class SettingInfo:
-    what: str  # for messages and docs
-    required: bool = False
-
-
-SETTINGS: dict[str, SettingInfo] = {
-    "stages": SettingInfo("the number of pipeline stages"),
-    "gpus": SettingInfo("the GPUs of each stage: a set per stage, one GPU per data-parallel replica"),
-    "data_parallel": SettingInfo("data-parallel replicas of the whole pipeline"),
-    "microbatches": SettingInfo("micro-batches per step", required=True),
-    "schedule": SettingInfo('"gpipe", "1f1b", "interleaved", "zb-h1", or a schedule .csv file', required=True),
-    "chunks": SettingInfo("model chunks per stage (interleaved 1F1B)"),
-    "forward": SettingInfo("forward time of one micro-batch, per stage", required=True),
-    "backward": SettingInfo("full backward time of one micro-batch, per stage", required=True),
-    "backward_weight": SettingInfo("the weight-gradient part of the backward, per stage"),
-    "activations": SettingInfo("bytes sent from one stage to the next per micro-batch"),
-    "gradients": SettingInfo("gradient bytes of each stage (held, and combined across replicas)"),
-    "gradient_collective": SettingInfo('"allreduce" or "reducescatter+allgather"'),
-    "device_memory": SettingInfo("memory of one GPU"),
-    "weights": SettingInfo("weight bytes per stage"),
-    "optimizer": SettingInfo("optimizer-state bytes per stage"),
-    "activation_memory": SettingInfo("activation bytes a stage keeps per in-flight micro-batch"),
-}
-
-
-# --- static checks -----------------------------------------------------------------------
-
-def check_pipelines(module: "Module") -> None:
-    """Names, duplicates and required settings of every pipeline in a module."""
-    from collc.frontend.check import TOPOLOGY, _BodyChecker, _constants_scope
-
-    seen: dict[str, Span] = {}
-    for p in module.syntax.pipelines:
-        if p.name in seen:
-            raise CollcError(f"pipeline '{p.name}' is defined twice (first at {seen[p.name]})", p.name_span)
-        seen[p.name] = p.span
-        module.lookup_topology(p.topology.name, p.topology.name_span)
-        checker = _BodyChecker(module, TOPOLOGY, {}, None)
-        scope = _constants_scope(module).child()
-        for param in p.params:
-            if param.default is not None:
-                checker.expr(param.default, scope)
-            scope.define(param.name, param.span, {})
-        for a in p.topology.args:
-            checker.expr(a.value, scope)
-        given: dict[str, Span] = {}
-        for s in p.settings:
-            if s.name not in SETTINGS:
-                hint = suggest(s.name, list(SETTINGS))
-                raise CollcError(f"unknown pipeline setting '{s.name}'" + (f"; did you mean '{hint}'?" if hint else
-                                 f" (known: {', '.join(SETTINGS)})"), s.name_span)
-            if s.name in given:
-                raise CollcError(f"setting '{s.name}' is given twice (first at {given[s.name]})", s.name_span)
-            given[s.name] = s.span
-            checker.expr(s.value, scope)
-        missing = [n for n, info in SETTINGS.items() if info.required and n not in given]
-        if "stages" not in given and "gpus" not in given:
-            missing.insert(0, "stages")
-        if missing:
-            raise CollcError(f"pipeline '{p.name}' needs {', '.join(f'`{n} = ...;`' for n in missing)} "
-                             f"({'; '.join(SETTINGS[n].what for n in missing)})", p.name_span)
 
 
 # --- evaluation ------------------------------------------------------------------------
@@ -230,10 +164,8 @@ def _choice(v: _Values, name: str, options: list[str], default: str) -> str:
     return value
 
 
-def evaluate_pipeline(module: "Module", defn: ast.PipelineDef, args: list[tuple[str | None, Any, Span]],
+def evaluate_pipeline(module: Module, defn: ast.PipelineDef, args: list[tuple[str | None, Any, Span]],
                       call_span: Span | None) -> PipelineJob:
-    from collc.frontend import topology as topology_mod
-
     ev = Evaluator()
     bound = bind_args(defn, args, call_span, module.constants, ev)  # type: ignore[arg-type]
     scope = module.constants.child()
@@ -247,7 +179,7 @@ def evaluate_pipeline(module: "Module", defn: ast.PipelineDef, args: list[tuple[
         return _build_job(module, defn, bound, topology, v)
 
 
-def _build_job(module: "Module", defn: ast.PipelineDef, bound, topology: Topology, v: _Values) -> PipelineJob:
+def _build_job(module: Module, defn: ast.PipelineDef, bound, topology: Topology, v: _Values) -> PipelineJob:
     gpus = _placement(v, topology)
     p = len(gpus)
     microbatches = _count(v, "microbatches", None, 1)
@@ -311,38 +243,3 @@ def _memory(v: _Values, p: int, gradients: tuple[int, ...]) -> MemoryModel | Non
                              f"{acts[r] / 2**30:.2f} GiB per micro-batch in flight, more than the device's "
                              f"{device / 2**30:.2f} GiB", v.span("device_memory"))
     return mem
-
-
-# --- entry points ---------------------------------------------------------------------
-
-def resolve_pipeline(spec: str | os.PathLike, base_dir: Path | None = None) -> PipelineJob:
-    """`"file.coll"` (its only pipeline) or `"file.coll:name(args)"`."""
-    from collc.frontend import _parse_spec
-    from collc.frontend.modules import load_module
-
-    parsed = _parse_spec(os.fspath(spec), "pipeline", base_dir)
-    if parsed.path is None:
-        raise CollcError("name a .coll file that declares a pipeline: FILE.coll or FILE.coll:NAME(ARGS)",
-                         Span(parsed.filename, 1, 1))
-    module = load_module(parsed.path)
-    found = {p.name: p for p in module.syntax.pipelines}
-    if parsed.call is None:
-        if len(found) != 1:
-            listing = ", ".join(sorted(found)) or "none"
-            raise CollcError(f"{parsed.path} declares {len(found)} pipelines ({listing}); name one with "
-                             f"{parsed.path.name}:NAME", Span(parsed.filename, 1, 1))
-        defn = next(iter(found.values()))
-        return evaluate_pipeline(module, defn, [], None)
-    if parsed.call.name not in found:
-        hint = suggest(parsed.call.name, list(found))
-        raise CollcError(f"{parsed.path} declares no pipeline '{parsed.call.name}'"
-                         + (f"; did you mean '{hint}'?" if hint else f" (it declares: {', '.join(found) or 'none'})"),
-                         parsed.call.name_span)
-    args = evaluate_args(parsed.call.args, module.constants, Evaluator())
-    return evaluate_pipeline(module, found[parsed.call.name], args, parsed.call.span)
-
-
-def pipeline_names(path: str | os.PathLike) -> list[str]:
-    from collc.frontend.modules import load_module
-
-    return [p.name for p in load_module(path).syntax.pipelines]

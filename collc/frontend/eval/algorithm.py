@@ -11,11 +11,12 @@ could run together share a step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from collc.diagnostics import CollcError, ScheduleError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import Evaluator, NotAValue, Scope, as_int, RankRangeError
+from collc.frontend.module import Entry
 from collc.frontend.rings import find_ring, find_tree
 from collc.frontend.stdlib_builders import builder_for
 from collc.frontend.runner import BodyRunner, bind_args, called_from, instance_name, params_scope
@@ -24,9 +25,6 @@ from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
 from collc.verify.columns import remember_columns
 from collc.verify import verify
-
-if TYPE_CHECKING:
-    from collc.frontend.modules import Entry
 
 _BUFFERS = {ast.BufferToken.IN: Buffer.INPUT, ast.BufferToken.OUT: Buffer.OUTPUT,
             ast.BufferToken.SCRATCH: Buffer.SCRATCH}
@@ -93,7 +91,7 @@ def _mentions(stmts: Sequence[ast.Stmt], name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name for n in walk(tuple(stmts)))
 
 
-def instantiate(entry: "Entry", topology: Topology, collective: Collective,
+def instantiate(entry: Entry, topology: Topology, collective: Collective,
                 args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None,
                 interpret: bool = False) -> Schedule:
     """The algorithm's verified schedule. The standard library's ring algorithms are run
