@@ -29,7 +29,7 @@ from typing import Any
 
 from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import Simulation, simulate
-from collc.diagnostics import CollcError
+from collc.diagnostics import CollcError, UsageError
 from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Node, NodeKind, Topology
@@ -167,8 +167,6 @@ class ModelResult:
 
 def parse_rank_map(text: str) -> list[int]:
     """`"0,2,4,6,1,3,5,7"`: global rank i runs on the topology's GPU at position i."""
-    from collc.cli import UsageError
-
     try:
         ranks = [int(p) for p in text.split(",") if p.strip()]
     except ValueError:
@@ -307,7 +305,7 @@ def make_bands(sizes: dict[int, float], collective: str, nranks: int) -> list[Ba
 
 # --- timing ---------------------------------------------------------------------------------
 
-def _collective(name: str, nranks: int) -> Collective:
+def stdlib_collective(name: str, nranks: int) -> Collective:
     """The stdlib collective, as `collc compile --collective NAME` resolves it."""
     from collc import frontend
 
@@ -338,7 +336,7 @@ def synthesize_band(band: Band, placement: Placement, seconds: float) -> None:
     """Synthesize the band's schedule at its heaviest size (sets band.schedule or band.error)."""
     from collc.driver import CompileJob, produce_schedule
 
-    coll = _collective(band.collective, band.nranks)
+    coll = stdlib_collective(band.collective, band.nranks)
     pipeline = f"synthesize{{method=auto time_limit={seconds:g} progress=false}}"
     job = CompileJob(placement.topology, coll, band.representative, pipeline=pipeline)
     try:
@@ -358,7 +356,7 @@ def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None,
     unmodeled: dict[str, float] = defaultdict(float)
     for (name, ranks, size), (calls, weight) in sorted(wanted.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         placement = placer.place(ranks)
-        coll = _collective(name, len(ranks))
+        coll = stdlib_collective(name, len(ranks))
         try:
             base_name, base_s, base_sim = _baseline(placement.topology, coll, size)
             bound = lower_bounds(placement.topology, coll, size).best_s
