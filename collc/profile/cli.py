@@ -1,7 +1,7 @@
 """`collc profile TRACE...`: the collective mix of a job, and what collc would do with it.
 
 Everything is computed before anything is written; outputs are written atomically (the
-library through a verified staging directory), so a failure leaves no partial file.
+library verified whole before any file of it is installed), so a failure leaves no partial file.
 """
 
 from __future__ import annotations

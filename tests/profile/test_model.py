@@ -5,7 +5,7 @@ import pytest
 from collc import frontend
 from collc.diagnostics import CollcError
 from collc.ir.topology import NodeKind
-from collc.profile.model import Band, Placer, make_bands, sub_topology
+from collc.profile.model import Placer, make_bands, sub_topology
 from collc.profile.replay import command_for
 
 

@@ -89,3 +89,13 @@ def test_a_file_that_fails_verification_installs_nothing(tmp_path, monkeypatch):
 def test_no_band_with_a_schedule_writes_nothing(tmp_path):
     lib = BACKEND.emit_library(LibraryRequest((_band([1 << 12]),), tmp_path / "algos"), BackendOptions())
     assert lib.files == () and not (tmp_path / "algos").exists()
+
+
+def test_the_driver_writes_a_library_through_the_backend_and_refuses_one_without(tmp_path):
+    from collc.driver import emit_library
+
+    unit = ms.unit(ms.ring_allgather(4), 1 << 12)
+    lib = emit_library("msccl-xml", [_band([1 << 12], unit)], tmp_path / "algos")
+    assert [f.path.name for f in lib.files] == ["allgather-n4-outofplace-band0-4096B-to-4096B.xml"]
+    with pytest.raises(CollcError, match="the json backend writes no size-band libraries"):
+        emit_library("json", [_band([1 << 12], unit)], tmp_path / "other")
