@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def spec_sources() -> dict[str, str]:
+def _spec_sources() -> dict[str, str]:
     """Command-line specs (`<--topology>` ...) as sources, so their errors get a caret."""
     try:
         from collc import frontend  # only once an error is printed: not for `collc --help`
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"collc {args.command}: error: {exc}\n")
         return EXIT_USAGE
     except CollcError as err:
-        sys.stderr.write(format_error(err, spec_sources()) + "\n")
+        sys.stderr.write(format_error(err, _spec_sources()) + "\n")
         return EXIT_ERROR
     except RecursionError:
         # The parser bounds nesting; this is the last guard for what slips past it.
@@ -85,13 +85,13 @@ def run() -> None:
         sys.stderr.flush()
     except (BrokenPipeError, OSError):
         pass  # the reader went away (a closed pipe): nothing more can reach it
-    if (threading.active_count() == 1 and not children_alive() and sys.getprofile() is None
+    if (threading.active_count() == 1 and not _children_alive() and sys.getprofile() is None
             and sys.gettrace() is None):
         os._exit(code)
     sys.exit(code)
 
 
-def children_alive() -> bool:
+def _children_alive() -> bool:
     mp = sys.modules.get("multiprocessing")  # only a command that used it can have children
     return mp is not None and bool(mp.active_children())
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from collc.commands.args import EXIT_OK, finite_float, int_at_least, path_text
-from collc.commands.outputs import check_outputs, names_directory, one_request_many_sizes, output_path
+from collc.commands.output_paths import check_outputs, names_directory, one_request_many_sizes, output_path
 from collc.commands.report_table import print_report
 from collc.diagnostics import CollcError, Span, UsageError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from collc.commands.outputs import names_directory, one_request_many_sizes, output_path, safe_filename
+from collc.commands.output_paths import names_directory, one_request_many_sizes, output_path, safe_filename
 
 
 @dataclass
