@@ -2,8 +2,9 @@
 
 Each backend module defines `BACKEND`, a `Backend` with a name, the lowering pipeline it
 needs (pass names registered through the `collc.passes` entry points) and an `emit`
-function. Backends read only the IR; nothing under `collc/` but the CLI and the driver
-imports them.
+function; a backend whose runtime loads programs by message size also has
+`emit_library`, which writes a size-band library (a `LibraryRequest`). Backends read
+only the IR; nothing under `collc/` but the commands and the driver imports them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,49 @@ class BackendOptions:
     size_range: tuple[int, int] | None = None  # bytes [min, max] the file claims; max 0 = no limit
     max_steps_per_tb: int = 64  # the current MSCCL executor's limit
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LibraryBand:
+    """One size band of a library: the sizes it serves and the compiled unit serving them.
+
+    A band without a unit stays with the runtime's own algorithms: it gets no file, but
+    its sizes still bound its neighbours' ranges. `collective` measures a message as the
+    runtime does (the unit's schedule's collective where there is one: its chunks shape
+    the measure); bands of one collective name and rank count make one library."""
+
+    collective: Any  # collc.ir.collective.Collective
+    sizes: tuple[int, ...]  # bytes of each rank's output buffer, as CompileUnit.size_bytes
+    unit: Any = None  # collc.passes.base.CompileUnit, or None
+
+
+@dataclass(frozen=True)
+class LibraryRequest:
+    bands: tuple[LibraryBand, ...]
+    directory: Path
+    # True: the outermost bands reach 0 bytes and no upper limit (the library serves every
+    # size). False: they end at their outermost sizes, and other sizes stay with the
+    # runtime's own algorithms.
+    open_ended: bool = False
+    # Run the backend's verifier on every file before any is installed.
+    verify: bool = True
+
+
+@dataclass(frozen=True)
+class LibraryFile:
+    band: int  # the band's index in the request
+    path: Path
+    min_bytes: int
+    max_bytes: int  # 0: no upper limit
+    verified: str | None  # the verifier's summary, where it ran
+
+
+@dataclass(frozen=True)
+class Library:
+    files: tuple[LibraryFile, ...]  # in the order they were planned: by collective, then by size
+    # band index -> why the runtime cannot run its schedule (the band stays with the
+    # runtime's own algorithms); only where the request is not open-ended.
+    refused: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -53,6 +97,9 @@ class Backend:
     # (collective, options) -> None, or a CollcError when this backend cannot express
     # the collective at all; run before any schedule is produced.
     check_collective: Callable[[Any, BackendOptions], None] | None = None
+    # (request, options) -> the size-band library written, all files or none; None where
+    # the backend writes no libraries (then `collc compile` writes a file per size).
+    emit_library: Callable[[LibraryRequest, BackendOptions], Library] | None = None
 
 
 _MODULES = {

@@ -2,6 +2,7 @@
 
 Every error a user can cause is a `CollcError` carrying a `Span`; the CLI prints it as
 `FILE:LINE:COL: error: MESSAGE`, the source line and a caret, and exits with status 1.
+A `UsageError` (options that do not go together) exits with status 2.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class ScheduleError(CollcError):
 
 class SolverError(CollcError):
     """The optimizer found no schedule (infeasible, or no incumbent before the limit)."""
+
+
+class UsageError(Exception):
+    """A command line that does not make sense (exit 2, with the command's usage)."""
 
 
 # Byte-order marks of encodings other than UTF-8, which a .coll file must not use.

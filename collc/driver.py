@@ -1,7 +1,8 @@
 """The end-to-end compile: problem -> schedule -> verified -> backend files -> report.
 
-This is the top of the pipeline (with the CLI): the only place under collc/ besides
-the CLI that reaches the backends.
+This is the top of the pipeline (with the commands): the only place under collc/
+besides the commands that reaches the backends. Tools that write a backend's files
+(`collc profile --library`) go through `emit_library` here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from collc import frontend
 from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import simulate
-from collc.backends import BackendOptions, get_backend
+from collc.backends import BackendOptions, Library, LibraryBand, LibraryRequest, get_backend
 from collc.diagnostics import CollcError, Span
 from collc.ir.collective import Collective
 from collc.ir.heap import few_collections
@@ -259,6 +260,17 @@ def compile_job(job: CompileJob, backend: str = "json", output: Path | None = No
         outputs = back.emit(unit, output, options) if output is not None else []
     report["outputs"] = [str(p) for p in outputs]
     return CompileResult(unit, report, outputs)
+
+
+def emit_library(backend: str, bands: list[LibraryBand], directory: Path, options: BackendOptions | None = None,
+                 *, open_ended: bool = False, verify: bool = True) -> Library:
+    """Write a size-band library through the backend (see `LibraryRequest`): all its
+    files or none."""
+    back = get_backend(backend)
+    if back.emit_library is None:
+        raise CollcError(f"the {back.name} backend writes no size-band libraries")
+    request = LibraryRequest(tuple(bands), Path(directory), open_ended=open_ended, verify=verify)
+    return back.emit_library(request, options or BackendOptions())
 
 
 def make_report(job: CompileJob, unit: CompileUnit, solver: dict[str, Any] | None, backend: str,

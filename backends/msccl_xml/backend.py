@@ -2,25 +2,23 @@
 
 The program runs on the MSCCL executor in NCCL (`Azure/msccl-executor-nccl`) and RCCL.
 Lowering is a pipeline of passes (`lowering.py`); `emit` writes the `XmlAlgo` they leave
-in `unit.lowered`. `write_library` writes one program per size band into a directory
-the executor can load as its algorithm directory (`MSCCL_ALGO_DIR`).
+in `unit.lowered`. `emit_library` (library.py) writes one program per size band into a
+directory the executor can load as its algorithm directory (`MSCCL_ALGO_DIR`);
+`write_library` is its open-ended form for units compiled at several sizes.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL
 from collc.backends.msccl_xml.limits import LimitError, PeerLimitError, resident_threadblocks
-from collc.backends import Backend, BackendOptions
-from collc.backends.msccl_xml.lowering import lower, lowering_pipeline
-from collc.backends.msccl_xml.model import XmlAlgo
-from collc.backends.msccl_xml.program import coll_token, executor_bytes
+from collc.backends import Backend, BackendOptions, LibraryBand, LibraryRequest
+from collc.backends.msccl_xml.library import emit_library
+from collc.backends.msccl_xml.lowering import lowered_algo, lowering_pipeline
+from collc.backends.msccl_xml.program import coll_token
 from collc.backends.msccl_xml.threadblocks import topology_sms
-from collc.backends.msccl_xml.writer import (
-    band_file_name, check_library_directory, library_prefix, size_bands, write_algo,
-)
+from collc.backends.msccl_xml.writer import write_algo
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit
 
@@ -30,13 +28,6 @@ def peer_limit(topology, options: BackendOptions) -> int | None:
     the GPU resident at once (SMs - 2); None where the topology declares no SM count."""
     sms = topology_sms(topology)
     return resident_threadblocks(sms) // max(1, options.instances) if sms else None
-
-
-def lowered_algo(unit: CompileUnit, options: BackendOptions) -> XmlAlgo:
-    """The unit's XmlAlgo, lowering it first when its lowering has not run."""
-    if not isinstance(unit.lowered, XmlAlgo):
-        unit = lower(unit, options)
-    return unit.lowered
 
 
 def emit(unit: CompileUnit, output: Path, options: BackendOptions) -> list[Path]:
@@ -56,38 +47,10 @@ def write_library(units: list[CompileUnit], sizes: list[int], directory: Path,
         raise CollcError("write_library: no compiled units")
     if len(units) != len(sizes):
         raise CollcError(f"write_library: {len(units)} units but {len(sizes)} sizes")
-    if any(s <= 0 for s in sizes):
-        raise CollcError(f"write_library: sizes must be positive, got {sorted(sizes)}")
-    pairs = sorted(zip(sizes, range(len(units))))
-    for (a, _), (b, _) in zip(pairs, pairs[1:]):
-        if a == b:
-            raise CollcError(f"write_library: two units are compiled for {a} bytes; give each size one schedule")
-    algos: list[XmlAlgo] = []
-    measures: list[int] = []
-    for size, i in pairs:
-        unit = units[i]
-        if unit.schedule is None and not isinstance(unit.lowered, XmlAlgo):
-            raise CollcError(f"write_library: the unit for {size} bytes has no schedule")
-        algos.append(lowered_algo(unit, options))
-        measures.append(executor_bytes(unit.collective if unit.schedule is None else unit.schedule.collective,
-                                       size))
-    first = algos[0]
-    for algo in algos[1:]:
-        if (algo.coll, algo.ngpus, algo.inplace) != (first.coll, first.ngpus, first.inplace):
-            raise CollcError(f"write_library: a library holds one collective; got {first.coll} on {first.ngpus} "
-                             f"GPUs and {algo.coll} on {algo.ngpus} GPUs"
-                             + (" (in place and out of place mixed)" if algo.inplace != first.inplace else ""))
-    for (a, _), (b, _), ma, mb in zip(pairs, pairs[1:], measures, measures[1:]):
-        if ma >= mb:
-            raise CollcError(f"write_library: sizes {a} and {b} are the same message size to the executor")
-    bands = size_bands(measures)
-    names = [band_file_name(first.coll, first.ngpus, first.inplace, k, band) for k, band in enumerate(bands)]
-    directory = Path(directory)
-    check_library_directory(directory, library_prefix(first.coll, first.ngpus, first.inplace), set(names))
-    written: list[Path | None] = [None] * len(units)
-    for (_, i), algo, (lo, hi), name in zip(pairs, algos, bands, names):
-        written[i] = write_algo(replace(algo, min_bytes=lo, max_bytes=hi), directory / name)
-    return [p for p in written if p is not None]
+    bands = tuple(LibraryBand(unit.collective if unit.schedule is None else unit.schedule.collective, (size,), unit)
+                  for unit, size in zip(units, sizes))
+    library = emit_library(LibraryRequest(bands, Path(directory), open_ended=True, verify=False), options)
+    return [f.path for f in sorted(library.files, key=lambda f: f.band)]
 
 
 BACKEND = Backend(
@@ -95,6 +58,7 @@ BACKEND = Backend(
     summary="an MSCCL XML program for the MSCCL executor in NCCL and RCCL",
     lowering=lowering_pipeline,
     emit=emit,
+    emit_library=emit_library,
     suffix=".xml",
     # A threadblock runs at most 64 steps and a GPU has at most 32 channels; the runtime
     # itself pipelines each step through its connection buffers, so a few chunks per

@@ -17,7 +17,7 @@ from collc.backends import BackendOptions
 from collc.backends.msccl_xml import (  # noqa: F401
     assemble, coalesce, dependencies, fuse, limits, merge, threadblocks,
 )
-from collc.backends.msccl_xml.model import Protocol
+from collc.backends.msccl_xml.model import Protocol, XmlAlgo
 from collc.diagnostics import CollcError
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
 
@@ -45,3 +45,10 @@ def lower(unit: CompileUnit, options: BackendOptions) -> CompileUnit:
     if unit.schedule is None:
         raise CollcError("the msccl-xml backend needs a schedule; the pipeline produced none")
     return PassManager(parse_pipeline(lowering_pipeline(options))).run(unit)
+
+
+def lowered_algo(unit: CompileUnit, options: BackendOptions) -> XmlAlgo:
+    """The unit's XmlAlgo, lowering it first when its lowering has not run."""
+    if not isinstance(unit.lowered, XmlAlgo):
+        unit = lower(unit, options)
+    return unit.lowered

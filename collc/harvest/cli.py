@@ -19,13 +19,12 @@ import json
 import sys
 from typing import Any
 
-from collc.diagnostics import CollcError, Span
+from collc.diagnostics import CollcError, Span, UsageError
 
 EXIT_OK = 0
 
 
 def _usage_error(message: str) -> Exception:
-    from collc.cli import UsageError
     return UsageError(message)
 
 

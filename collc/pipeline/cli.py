@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from collc.diagnostics import UsageError
 from collc.io import atomic_write
 
 EXIT_OK = 0
@@ -88,7 +89,6 @@ def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes, titl
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from collc.cli import UsageError
     from collc.frontend.specs import resolve_pipeline
     from collc.pipeline import render
     from collc.pipeline.csv_format import format_order
@@ -114,7 +114,6 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def cmd_bubbles(args: argparse.Namespace) -> int:
-    from collc.cli import UsageError
     from collc.pipeline.measured import measure
 
     if args.threshold_us < 0:

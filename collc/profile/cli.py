@@ -1,7 +1,7 @@
 """`collc profile TRACE...`: the collective mix of a job, and what collc would do with it.
 
 Everything is computed before anything is written; outputs are written atomically (the
-library through a verified staging directory), so a failure leaves no partial file.
+library verified whole before any file of it is installed), so a failure leaves no partial file.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collc.diagnostics import CollcError
+from collc.diagnostics import CollcError, UsageError
 
 DEFAULT_ROWS = 25
 
@@ -39,8 +39,6 @@ def add_commands(subparsers) -> None:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse outputs that cannot be written before any work is done."""
-    from collc.cli import UsageError
-
     if args.library and not args.topology:
         raise UsageError("--library needs --topology (the cluster the schedules are for)")
     if args.rank_map and not args.topology:

@@ -31,7 +31,7 @@ from collc import frontend
 from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import Simulation, simulate
 from collc.api import baselines, time_collective
-from collc.diagnostics import CollcError
+from collc.diagnostics import CollcError, UsageError
 from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
@@ -169,8 +169,6 @@ class ModelResult:
 
 def parse_rank_map(text: str) -> list[int]:
     """`"0,2,4,6,1,3,5,7"`: global rank i runs on the topology's GPU at position i."""
-    from collc.cli import UsageError
-
     try:
         ranks = [int(p) for p in text.split(",") if p.strip()]
     except ValueError:

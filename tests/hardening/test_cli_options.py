@@ -56,7 +56,7 @@ def test_every_option_has_help_and_backend_lists_choices():
 @pytest.mark.parametrize("text, expected", [("1M", 1 << 20), ("64K", 64 << 10), ("2G", 2 << 30),
                                             ("1MiB", 1 << 20), ("1MB", 10 ** 6), ("1.5M", 3 << 19)])
 def test_size_takes_the_executors_binary_suffixes(text, expected):
-    from collc.cli import _parse_sizes
+    from collc.commands.compile import parse_sizes as _parse_sizes
 
     assert _parse_sizes(text) == [expected]
 

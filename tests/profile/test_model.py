@@ -4,8 +4,7 @@ import pytest
 
 from collc import frontend
 from collc.diagnostics import CollcError
-from collc.profile.library import band_ranges
-from collc.profile.model import Band, Placer, make_bands
+from collc.profile.model import Placer, make_bands
 from collc.profile.replay import command_for
 
 
@@ -25,14 +24,6 @@ def test_bands_split_by_ratio_and_cover_95_percent():
     bands = make_bands(sizes, "allreduce", 8)
     assert [b.sizes for b in bands] == [[1024, 2048], [1 << 20, 3 << 20], [1 << 30]]
     assert [b.covered for b in bands] == [False, True, False]
-
-
-def test_band_ranges_do_not_overlap_and_hold_their_sizes():
-    bands = [Band("allgather", 8, s, 1.0) for s in ([4096, 8192], [1 << 20], [1 << 24, 1 << 25])]
-    ranges = band_ranges(bands)
-    assert all(lo <= hi for lo, hi in ranges)
-    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))
-    assert ranges[0][0] == 4096 and ranges[-1][1] == 1 << 25
 
 
 def test_nccl_tests_command_lines():

@@ -104,7 +104,8 @@ def test_tolerance_option_is_checked():
 
 
 def test_cli_tolerance_flag_reaches_the_pass():
-    from collc.cli import _synth_pipeline, build_parser
+    from collc.cli import build_parser
+    from collc.commands.compile import synth_pipeline as _synth_pipeline
 
     args = build_parser().parse_args(["compile", "--topology", "dgx1", "--collective", "allgather",
                                       "--size", "1MiB", "-o", "x.json", "--tolerance", "0.05"])

@@ -9,7 +9,7 @@ import pytest
 
 from collc.analysis.simulate import simulate
 from collc.backends import BackendOptions, get_backend
-from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.verify import verify_algo
 from collc.diagnostics import CollcError
 from collc.driver import CompileJob, schedule_for_backend

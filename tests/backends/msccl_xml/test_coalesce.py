@@ -12,7 +12,7 @@ import msccl_xml_schedules as ms
 from collc import frontend
 from collc.analysis.simulate import simulate
 from collc.backends import BackendOptions, get_backend
-from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.coalesce import CoalesceTransfers, coalesce_ops, node_estimate
 from collc.backends.msccl_xml.lowering import lowering_pipeline
 from collc.backends.msccl_xml.verify import verify_algo

@@ -12,7 +12,7 @@ import msccl_xml_schedules as ms
 import collc.backends.msccl_xml.lowering  # noqa: F401  (registers the passes)
 from collc.backends import BackendOptions
 from collc.backends.msccl_xml.assemble import assemble
-from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.limits import LimitError, check_limits
 from collc.backends.msccl_xml.merge import merge_ops
 from collc.backends.msccl_xml.reader import read_xml

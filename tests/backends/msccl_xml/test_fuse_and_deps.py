@@ -8,7 +8,7 @@ import msccl_xml_schedules as ms
 from xml_checks import check_structure
 
 from collc.backends import BackendOptions
-from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.model import StepType
 from collc.backends.msccl_xml.verify import verify_algo
 from collc.ir import Buffer, Loc, Op, OpKind, Schedule

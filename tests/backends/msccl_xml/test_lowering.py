@@ -10,7 +10,8 @@ import msccl_xml_schedules as ms
 from xml_checks import check_structure, check_text
 
 from collc.backends import BackendOptions, get_backend
-from collc.backends.msccl_xml.backend import BACKEND, lowered_algo
+from collc.backends.msccl_xml.backend import BACKEND
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.model import Protocol, StepType
 from collc.backends.msccl_xml.verify import verify_algo
 from collc.backends.msccl_xml.writer import algo_to_xml

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msccl_xml_schedules as ms
 
 from collc.backends import BackendOptions
-from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.merge import merge_ops
 from collc.backends.msccl_xml.verify import verify_algo
 from collc.ir import OpKind

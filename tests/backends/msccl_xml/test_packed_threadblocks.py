@@ -14,7 +14,7 @@ from xml_checks import check_structure
 
 from collc import frontend
 from collc.backends import BackendOptions, get_backend
-from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL, PlanCache, plan_compact
 from collc.backends.msccl_xml.halves import split_schedule
 from collc.backends.msccl_xml.program import HalfKind

@@ -16,7 +16,7 @@ import pytest
 import msccl_xml_schedules as ms
 
 from collc.backends import BackendOptions
-from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.limits import LimitError
 from collc.backends.msccl_xml.threadblocks import assign_threadblocks, topology_sms
 from collc.backends.msccl_xml.verify import verify_algo

@@ -17,7 +17,7 @@ import msccl_xml_schedules as ms
 from xml_checks import check_structure
 
 from collc.backends import BackendOptions
-from collc.backends.msccl_xml.backend import lowered_algo
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL
 from collc.backends.msccl_xml.verify import verify_algo
 from collc.ir import Buffer, Loc, OpKind, Schedule

@@ -16,7 +16,8 @@ import msccl_xml_schedules as ms
 from xml_checks import check_structure, check_text
 
 from collc.backends import BackendOptions
-from collc.backends.msccl_xml.backend import BACKEND, lowered_algo, write_library
+from collc.backends.msccl_xml.backend import BACKEND, write_library
+from collc.backends.msccl_xml.lowering import lowered_algo
 from collc.backends.msccl_xml.program import executor_bytes
 from collc.backends.msccl_xml.reader import read_xml, read_xml_bytes
 from collc.backends.msccl_xml.verify import verify_file

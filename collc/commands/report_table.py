@@ -1,0 +1,62 @@
+"""The table `collc compile` prints for each schedule's report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collc.diagnostics import printable
+
+
+def fmt_time(us: float | None) -> str:
+    if us is None:
+        return "-"
+    if us >= 1e4:
+        return f"{us / 1e3:,.2f} ms"
+    return f"{us:,.2f} us"
+
+
+def print_report(rep: dict[str, Any]) -> None:
+    from rich.console import Console  # rich's tables load dozens of modules: only when one is printed
+    from rich.markup import escape
+    from rich.table import Table
+
+    def safe(text: str) -> str:
+        # User text (names, parameters, messages, paths) may hold `[...]` or control
+        # characters: escaped, it is shown as written and neither markup nor terminal codes.
+        return escape(printable(text))
+
+    console = Console(highlight=False, emoji=False)
+    solver = rep.get("solver") or {}
+    title = safe(f"{rep['collective']} on {rep['topology']} ({rep['ranks']} ranks), {rep['size_bytes']:,} bytes")
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", justify="right", overflow="fold")  # long paths wrap, never cut
+
+    def row(what: str, value: str) -> None:
+        table.add_row(safe(what), safe(value))
+
+    row("schedule time", fmt_time(rep["time_us"]))
+    ratio = rep.get("ratio_to_lower_bound")
+    row("lower bound", f"{fmt_time(rep['lower_bound_us'])}" + (f"  (time / bound = {ratio:.3f})" if ratio else ""))
+    row("algbw / busbw", f"{rep['algbw_GBps']:.2f} / {rep['busbw_GBps']:.2f} GB/s")
+    for name, b in rep.get("baselines", {}).items():
+        if b.get("time_us") is None:
+            row(f"baseline {name}", f"n/a ({b.get('error')})")
+        else:
+            row(f"baseline {name}", f"{fmt_time(b['time_us'])}  (speedup {b['speedup']:.2f}x)")
+    status = solver.get("status", "-")
+    if solver.get("optimal") is False:
+        status += " (not proven optimal)"
+    method = solver.get("method", "-")
+    nodes = solver.get("over_nodes")
+    if isinstance(nodes, dict):
+        method += f" over {nodes.get('nodes')} nodes"
+    if solver.get("allreduce") == "direct":
+        method += " (direct AllReduce)"
+    row("method", f"{method}: {status}, {solver.get('seconds', 0):.2f} s")
+    sched = rep.get("schedule", {})
+    row("schedule", f"{sched.get('ops')} ops, {sched.get('steps')} steps, "
+        f"{sched.get('chunks_per_rank')} chunk(s)/rank, verified")
+    for path in rep.get("outputs", []):
+        row("wrote", path)
+    console.print(table)
