@@ -33,6 +33,7 @@ from collc.ir.collective import Collective, CollectiveKind, allgather, broadcast
 from collc.ir.schedule import Buffer, Op
 from collc.ir.topology import Topology
 from collc.synthesis import direct, nodes
+from collc.synthesis.signals import NotOverNodes
 from collc.synthesis.auto import choose, synthesize_copies
 from collc.synthesis.candidates import Candidate, Result, to_result
 from collc.synthesis.halves import gather_ops, reduction_ops
@@ -93,7 +94,7 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
         try:
             return nodes.compose_over_nodes(topology, collective, size_bytes, groups, options, deadline, progress,
                                             _part_synthesizer(deadline, progress))
-        except nodes.NotOverNodes as exc:
+        except NotOverNodes as exc:
             if options.nodes != nodes.OverNodes.AUTO:
                 raise CollcError(f"cannot compose '{collective.name}' over the nodes of '{topology.name}': "
                                  f"{exc}") from None

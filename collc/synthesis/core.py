@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from collc.diagnostics import CollcError
+from collc.diagnostics import CollcError, SolverError
 from collc.ir.collective import Collective, CollectiveKind
 from collc.ir.topology import Topology
 from collc.synthesis.auto import synthesize_copies
@@ -22,6 +22,7 @@ from collc.synthesis.compose import synthesize_with_reductions
 from collc.synthesis.network import Network
 from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.progress import Progress
+from collc.synthesis.signals import MethodDoesNotFit
 from collc.synthesis.solver import Deadline
 from collc.verify import verify
 
@@ -46,6 +47,9 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: int,
             result = synthesize_with_reductions(topology, collective, size_bytes, options, deadline, progress)
         else:
             result = synthesize_copies(Network(topology), collective, size_bytes, options, deadline, progress)
+    except MethodDoesNotFit as signal:
+        # Only a method the user named ends here (auto tries the next one): say why.
+        raise SolverError(signal.message) from None
     finally:
         if own_progress:
             progress.close()

@@ -49,7 +49,8 @@ from collc.synthesis.candidates import Result
 from collc.synthesis.network import Network
 from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.plan import Status, combined_status
-from collc.synthesis.rail_ring import METHOD as RING_METHOD, NoRing, ring_allreduce
+from collc.synthesis.rail_ring import METHOD as RING_METHOD, ring_allreduce
+from collc.synthesis.signals import MethodDoesNotFit, NoRing, NotOverNodes
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
 from collc.synthesis.timing import sequence
@@ -62,11 +63,6 @@ from collc.synthesis.timing import sequence
 # and with its node's batches it has about 1,900 MSCCL XML steps on 32 nodes (the
 # executor takes 4,096).
 RAIL_SLOTS = 256
-
-
-class NotOverNodes(CollcError):
-    """The cluster's nodes cannot carry this composition: a rail forms no ring, or a
-    node's own ReduceScatter or AllGather cannot be synthesized on its sub-topology."""
 
 
 class OverNodes(str, Enum):
@@ -213,7 +209,7 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
     intra_opts = replace(options, nodes=OverNodes.OFF, chunks=1, max_peers=0, peer_limit=0)
     try:
         parts, node_results = _node_parts(topology, groups, size_bytes, intra_opts, synthesize_part)
-    except CollcError as exc:
+    except (CollcError, MethodDoesNotFit) as exc:
         raise NotOverNodes(f"inside a node: {exc}") from None
     if any(r.schedule.collective.chunks != 1 for r in node_results):
         raise CollcError(f"cannot compose '{collective.name}' over nodes: a node's schedule split its chunks")

@@ -18,17 +18,13 @@ nodes' reductions.
 
 from __future__ import annotations
 
-from collc.diagnostics import CollcError
+from collc.synthesis.signals import NoRing
 from collc.ir.collective import CollectiveKind, standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.network import Network
 
 METHOD = "ring"
-
-
-class NoRing(CollcError):
-    """A rail whose GPUs cannot pass data around a ring without another GPU's help."""
 
 
 def ring_allreduce(topology: Topology, chunks: int) -> Schedule:

@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from collc.diagnostics import CollcError
 from collc.synthesis.plan import SolveStats, Status
+from collc.synthesis.signals import NotApplicable
 from collc.synthesis.problem import Problem
-
-
-class NotApplicable(CollcError):
-    """The steady-state method does not fit this collective."""
 
 
 @dataclass(frozen=True)
