@@ -490,10 +490,11 @@ def _minimal_sets(sets) -> list[frozenset]:
     sets), and near-linear: a kept set k can lie inside s only if k's smallest element
     is in s, so s is tested only against the kept sets filed under its own elements
     (every kept set is a singleton in the standard collectives: one lookup per element)."""
-    family = tuple(sets)
-    hit = _MINIMAL_CACHE.get(family)
-    if hit is not None:
-        return hit
+    return _minimal_of_family(tuple(sets))
+
+
+@lru_cache(maxsize=64)
+def _minimal_of_family(family: tuple[frozenset, ...]) -> list[frozenset]:
     uniq = sorted(set(family), key=lambda s: (len(s), sorted(s)))
     if uniq and not uniq[0]:
         return [uniq[0]]  # the empty set lies inside every other
@@ -503,13 +504,7 @@ def _minimal_sets(sets) -> list[frozenset]:
         if not any(k <= s for e in s for k in by_least.get(e, ())):
             keep.append(s)
             by_least.setdefault(min(s), []).append(s)
-    if len(_MINIMAL_CACHE) >= 64:
-        _MINIMAL_CACHE.clear()
-    _MINIMAL_CACHE[family] = keep
     return keep
-
-
-_MINIMAL_CACHE: dict[tuple, list[frozenset]] = {}
 
 
 def _latency_bound(topology: Topology, needed: tuple[Requirement, ...], dist: np.ndarray) -> float:
