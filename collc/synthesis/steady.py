@@ -35,6 +35,7 @@ from collc.synthesis.network import Network
 from collc.synthesis.plan import Plan, SolveStats, Status, Transfer
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
+from collc.synthesis.steiner import relayed_tree
 from collc.synthesis.solver import INF, Deadline, Model, Outcome, SolverOptions, new_highs, solve
 
 # The rate LP charges EXCESS_PRICE (relative to T) for load a link carries above
@@ -310,7 +311,12 @@ class RouteGrid:
 
     def tree(self, nodes: tuple[int, ...], route_cost: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The cheapest spanning tree over `nodes` rooted at nodes[0]: its routes (parents
-        before children) and the depth of each route's receiver."""
+        before children) and the depth of each route's receiver. Over a subset of the
+        ranks the tree may relay through the others (collc.synthesis.steiner)."""
+        if len(nodes) < self.grid.shape[0]:
+            relayed = relayed_tree(self.grid, nodes, route_cost)
+            if relayed is not None:
+                return relayed
         idx = np.asarray(nodes)
         routes = self.grid[np.ix_(idx, idx)]
         costs = np.append(route_cost, np.inf)[routes]
