@@ -296,6 +296,8 @@ def _jobs(args: argparse.Namespace) -> list:
     from collc.driver import CompileJob
 
     sizes = _parse_sizes(args.size) if args.size else []
+    if args.demand:
+        return [_demand_job(args, sizes)]
     if args.algorithm and (args.synthesize or args.pipeline):
         raise UsageError("--algorithm and --synthesize/--pipeline choose different routes: give one")
     jobs = []
@@ -340,6 +342,21 @@ def _jobs(args: argparse.Namespace) -> list:
         jobs.append(CompileJob(topology=topo, collective=coll, size_bytes=size, algorithm=algorithm,
                                pipeline=_synth_pipeline(args, None), base_dir=base))
     return jobs
+
+
+def _demand_job(args: argparse.Namespace, sizes: list[int]):
+    """--demand M.csv: the matrix's AllToAllv (collc.frontend.demand), entries in bytes,
+    or in shares of the one --size."""
+    from collc import frontend
+    from collc.driver import CompileJob
+    from collc.frontend.demand import demand_request
+
+    if args.file or args.collective or args.algorithm or not args.topology or len(sizes) > 1:
+        raise UsageError("--demand M.csv goes with --topology and at most one --size (the matrix is the collective)")
+    topo = frontend.resolve_topology(args.topology)
+    demand = demand_request(args.demand, topo.num_ranks, sizes[0] if sizes else None, args.backend == "msccl-xml")
+    return CompileJob(topology=topo, collective=demand.collective, size_bytes=demand.size_bytes,
+                      pipeline=_synth_pipeline(args, None))
 
 
 def _defines(path: str, spec: str) -> bool:
@@ -492,6 +509,10 @@ def _print_report(rep: dict[str, Any]) -> None:
         row("with latency", f"{_fmt_time(rep['lower_bound_with_latency_us'])}  "
             f"(time / bound = {rep['ratio_to_bound_with_latency']:.3f})")
     row("algbw / busbw", f"{rep['algbw_GBps']:.2f} / {rep['busbw_GBps']:.2f} GB/s")
+    if rep.get("demand"):
+        d = rep["demand"]
+        row("demand", f"{d['entries']} blocks, {d['bytes']:,.0f} bytes; moves {d['extra_share']:+.2%}"
+            + (" (padded to equal blocks)" if d["padded"] else " (whole slots)"))
     for name, b in rep.get("baselines", {}).items():
         if b.get("time_us") is None:
             row(f"baseline {name}", f"n/a ({b.get('error')})")
@@ -572,6 +593,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", metavar="BYTES",
                    help="nccl-tests' size: 1MiB, 256MB, 1M (K/M/G/T are powers of 1024, as nccl-tests reads "
                         "them; KB/MB/GB powers of 1000), ...; a comma list for several")
+    c.add_argument("--demand", metavar="M.csv", help="an N x N demand matrix (AllToAllv): bytes rank i sends "
+                   "rank j, or shares of --size")
     c.add_argument("--request", metavar="LINE|NAME",
                    help="compile only the FILE's requests on this line, or naming this collective, topology "
                         "or algorithm")

@@ -16,6 +16,7 @@ from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import simulate
 from collc.backends import BackendOptions, get_backend
 from collc.diagnostics import CollcError, Span
+from collc.frontend.demand import direct_schedule
 from collc.ir.collective import Collective
 from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
@@ -197,6 +198,8 @@ def baselines_for(job: CompileJob, schedule: Schedule | None = None,
     """The stdlib's hand-written algorithms for this collective, timed on the same model.
     `schedule`, the job's own when it is one of them, is reused rather than rebuilt, and
     so is its simulated time `schedule_time_s` when the caller has it."""
+    if job.collective.demand is not None:
+        return [_demand_direct(job)]
     out = []
     for name in frontend.algorithms_for(job.collective.name):
         try:
@@ -210,6 +213,16 @@ def baselines_for(job: CompileJob, schedule: Schedule | None = None,
         except CollcError as exc:
             out.append(Baseline(name, None, exc.message))
     return out
+
+
+def _demand_direct(job: CompileJob) -> Baseline:
+    """A demand matrix's baseline: NCCL's AllToAllv, every block straight to its owner."""
+    try:
+        return Baseline("direct", baseline_time(direct_schedule(job.collective, job.topology.name), job.topology,
+                                                job.size_bytes))
+    except CollcError as exc:
+        return Baseline("direct", None, "needs a path through switches between every two GPUs: "
+                        + exc.message.split(";", 1)[0])
 
 
 def check_job(job: CompileJob, back, options: BackendOptions) -> None:

@@ -76,6 +76,8 @@ def build_report(*, collective: Collective, requested: Collective, topology_name
         "busiest_links": dict(sorted(link_utilization.items(), key=lambda kv: -kv[1])[:5]),
     }
     report["optimality"] = optimality(solver, requested, report["ratio_to_lower_bound"])
+    if requested.demand is not None:
+        report["demand"] = demand_facts(requested, size_bytes)
     with_latency = getattr(bounds, "with_latency_s", lb)
     if with_latency > lb * (1 + 1e-3):
         # Small messages: the cut bound with each link's latency window is the tighter one.
@@ -109,3 +111,17 @@ def optimality(solver: dict[str, Any] | None, requested: Collective, ratio: floa
     if chunks in (None, requested.chunks):
         return "optimal for unsplit chunks"
     return f"optimal for {chunks} chunks per rank"
+
+
+def demand_facts(collective: Collective, size_bytes: int) -> dict[str, Any]:
+    """A demand matrix's figures: its bytes between GPUs, and what its slots move (each
+    entry rounded up to whole slots, or, padded for a runtime of equal blocks, every
+    block at the largest)."""
+    between = [b for i, j, b in collective.demand or () if i != j]
+    slot = collective.slot_bytes(size_bytes)
+    moved = sum(1 for r, buf in enumerate(collective.outputs) for v in buf
+                if v is not None and next(iter(v)).rank != r) * slot
+    exact = float(sum(between))
+    return {"entries": len(between), "bytes": exact, "moved_bytes": moved,
+            "padded": collective.kind is not CollectiveKind.CUSTOM,
+            "extra_share": (moved / exact - 1) if exact > 0 else 0.0}

@@ -146,7 +146,48 @@ def lower_bounds(topology: Topology, collective: Collective, size_bytes: int) ->
     cannot be met at all (ranks mismatch, a needed chunk unreachable).
     """
     _check_problem(topology, collective, size_bytes)
+    if collective.demand is not None:
+        return _demand_bounds(topology, collective.demand)
     return _lower_bounds(topology, collective, size_bytes)
+
+
+@lru_cache(maxsize=4)
+def _demand_bounds(topology: Topology, demand: tuple[tuple[int, int, float], ...]) -> LowerBounds:
+    """The bounds of a demand matrix, in its own bytes (its collective's slots round
+    them up): every entry (i, j, b) is b bytes that must go from GPU i to GPU j.
+
+    - cut: for a node set S, the bytes of every entry from a GPU in S to one outside
+      it leave S: T >= (those bytes) / B_out(S), searched as for AllToAll (the cut
+      model with each pair weighted by its bytes and a slot of one byte);
+    - ingress, egress: the same for one GPU (its column's or its row's bytes);
+    - latency: the least latency from i to j, over the entries;
+    - the cut with latency windows over the cut's set (collc.analysis.latency_cut)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        model = _CutModel(topology, (), 1.0)
+        node = model.gpu_nodes
+        model.groups = sorted((((node[i],),), (node[j],), b) for i, j, b in demand if i != j and b > 0)
+        model._build_arrays()
+        cut, witness = model.maximize()
+        dist = _latency_distances(topology)
+        latency = 0.0
+        ranks = topology.num_ranks
+        received, sent = np.zeros(ranks), np.zeros(ranks)
+        for i, j, b in demand:
+            if i != j and b > 0:
+                if not np.isfinite(dist[i, j]):
+                    raise CollcError(f"no schedule exists on '{topology.name}': GPU {topology.gpu(j).name} "
+                                     f"(rank {j}) has no path of links from GPU {topology.gpu(i).name} "
+                                     f"(rank {i}), which sends it {b:,.0f} bytes")
+                latency = max(latency, float(dist[i, j]))
+                received[j] += b
+                sent[i] += b
+        ingress = max(received[r] / _in_capacity(topology, r) for r in range(ranks))
+        egress = max(sent[r] / _out_capacity(topology, r) for r in range(ranks))
+        cut_latency = _cut_with_latency(model, witness)
+    figures = {"ingress": ingress, "egress": egress, "cut": cut, "latency": latency}
+    dominant = max(figures, key=lambda k: figures[k])
+    return LowerBounds(ingress_s=ingress, cut_s=cut, latency_s=latency, best_s=max(figures.values()),
+                       cut_witness=witness, egress_s=egress, dominant=dominant, cut_latency_s=cut_latency)
 
 
 @lru_cache(maxsize=4)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import STANDARD_FUNCTIONS, suggest, unknown_name_error
+from collc.frontend.demand import DEMAND_NAME
 
 if TYPE_CHECKING:
     from collc.frontend.modules import Module
@@ -99,7 +100,8 @@ def check_module(module: "Module") -> None:
         kind = d.kind_word
         _check_definition(module, d, kind, _constants_scope(module))
     for req in module.syntax.requests:
-        module.lookup_collective(req.collective.name, req.collective.name_span)
+        if req.collective.name != DEMAND_NAME or module.find_collective(DEMAND_NAME) is not None:
+            module.lookup_collective(req.collective.name, req.collective.name_span)  # else a demand matrix
         module.lookup_topology(req.topology.name, req.topology.name_span)
         checker = _BodyChecker(module, TOPOLOGY, {}, None)
         for spec in (req.collective, req.topology, req.using):
