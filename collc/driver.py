@@ -218,11 +218,10 @@ def baselines_for(job: CompileJob, schedule: Schedule | None = None,
 def _demand_direct(job: CompileJob) -> Baseline:
     """A demand matrix's baseline: NCCL's AllToAllv, every block straight to its owner."""
     try:
-        return Baseline("direct", baseline_time(direct_schedule(job.collective, job.topology.name), job.topology,
+        return Baseline("direct", baseline_time(direct_schedule(job.collective, job.topology), job.topology,
                                                 job.size_bytes))
     except CollcError as exc:
-        return Baseline("direct", None, "needs a path through switches between every two GPUs: "
-                        + exc.message.split(";", 1)[0])
+        return Baseline("direct", None, exc.message)
 
 
 def check_job(job: CompileJob, back, options: BackendOptions) -> None:

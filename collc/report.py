@@ -79,7 +79,7 @@ def build_report(*, collective: Collective, requested: Collective, topology_name
     if requested.demand is not None:
         report["demand"] = demand_facts(requested, size_bytes)
     with_latency = getattr(bounds, "with_latency_s", lb)
-    if with_latency > lb * (1 + 1e-3):
+    if with_latency > lb * 1.01:
         # Small messages: the cut bound with each link's latency window is the tighter one.
         report["lower_bound_with_latency_us"] = with_latency * 1e6
         report["ratio_to_bound_with_latency"] = time_s / with_latency

@@ -30,6 +30,7 @@ import numpy as np
 from collc.diagnostics import CollcError, Span
 from collc.ir.collective import ChunkId, Collective, CollectiveKind, standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
+from collc.ir.topology import Topology
 
 # The name a demand collective goes by (and the `.coll` spelling's collective name).
 DEMAND_NAME = "alltoallv"
@@ -189,18 +190,47 @@ def padding_overhead(matrix: np.ndarray) -> float:
     return float(off.max()) * n * (n - 1) / float(off.sum()) - 1
 
 
-def direct_schedule(coll: Collective, topology_name: str) -> Schedule:
-    """NCCL's AllToAllv: every rank sends each block straight to its owner, all at once
-    (one op per block; the simulator picks the route). The baseline a demand is
-    measured against."""
+def switch_paths(topology: Topology) -> dict[tuple[int, int], float]:
+    """(rank i, rank j) -> the bottleneck capacity of the fewest-hop path from GPU i to
+    GPU j that crosses only switches and NICs, for the pairs that have one."""
+    out_links = topology.out_links
+    out: dict[tuple[int, int], float] = {}
+    for i, gpu in enumerate(topology.gpus):
+        seen = {gpu.name: float("inf")}
+        frontier = [gpu.name]
+        while frontier:
+            nxt = []
+            for u in frontier:
+                for link in out_links.get(u, ()):
+                    v = link.dst
+                    if v in seen:
+                        continue
+                    seen[v] = min(seen[u], link.capacity)
+                    node = topology.node(v)
+                    if node.holds_data:
+                        out[(i, node.rank)] = seen[v]
+                    else:
+                        nxt.append(v)
+            frontier = nxt
+    return out
+
+
+def direct_schedule(coll: Collective, topology: Topology) -> Schedule:
+    """NCCL's AllToAllv: every rank sends each block to its owner, all at once (one op
+    per block; the simulator picks the route). Where no path of switches joins the two
+    GPUs, the block goes through one GPU as NCCL's PXN sends it: the relay whose hop
+    from the sender is fastest (on a rail cluster, the sender's node-mate on the
+    receiver's rail), lowest rank on ties. The baseline a demand is measured against."""
     if coll.demand is None:
         raise ValueError("not a demand collective")
+    paths = switch_paths(topology)
     where: dict = {}
     for j, buf in enumerate(coll.outputs):
         for k, v in enumerate(buf):
             (c,) = v
             where[c] = (j, k)
     ops: list[Op] = []
+    scratch = [0] * coll.ranks
     for i, buf in enumerate(coll.inputs):
         k = 0
         while k < len(buf):
@@ -209,10 +239,26 @@ def direct_schedule(coll: Collective, topology_name: str) -> Schedule:
             run = 1
             while k + run < len(buf) and where[next(iter(buf[k + run]))] == (j, at + run):
                 run += 1
-            ops.append(Op.make(len(ops), OpKind.COPY, Loc(i, Buffer.INPUT, k), Loc(j, Buffer.OUTPUT, at), run, (),
-                               0, (), None))
+            src, dst = Loc(i, Buffer.INPUT, k), Loc(j, Buffer.OUTPUT, at)
+            if i == j or (i, j) in paths:
+                ops.append(Op.make(len(ops), OpKind.COPY, src, dst, run, (), 0, (), None))
+            else:
+                relay = _relay(paths, i, j, coll.ranks, topology)
+                hop = Loc(relay, Buffer.SCRATCH, scratch[relay])
+                scratch[relay] += run
+                ops.append(Op.make(len(ops), OpKind.COPY, src, hop, run, (), 0, (), None))
+                ops.append(Op.make(len(ops), OpKind.COPY, hop, dst, run, (len(ops) - 1,), 1, (), None))
             k += run
-    return Schedule("direct", coll, topology_name, tuple(ops), (), {"source": "algorithm", "algorithm": "direct"})
+    return Schedule("direct", coll, topology.name, tuple(ops), tuple(scratch) if any(scratch) else (),
+                    {"source": "algorithm", "algorithm": "direct"})
+
+
+def _relay(paths: dict[tuple[int, int], float], i: int, j: int, ranks: int, topology: Topology) -> int:
+    options = [(-paths[(i, r)], r) for r in range(ranks) if (i, r) in paths and (r, j) in paths]
+    if not options:
+        raise CollcError(f"the direct exchange cannot send from GPU {topology.gpu(i).name} to "
+                         f"{topology.gpu(j).name}: no path of switches joins them, nor one relay GPU")
+    return min(options)[1]
 
 
 def demand_request(path: str | Path, topology_ranks: int, size_bytes: int | None, pad: bool,

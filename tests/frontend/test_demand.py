@@ -84,7 +84,7 @@ def test_a_single_entry_is_synthesized_at_its_bound():
 def test_direct_schedule_sends_each_block_in_one_op():
     m = np.array([[0, 4, 0], [1, 0, 2], [0, 0, 5.0]])
     coll = demand_collective(m).collective
-    sched = direct_schedule(coll, "switch(3)")
+    sched = direct_schedule(coll, resolve_topology("switch(3)"))
     verify(sched, resolve_topology("switch(3)"))
     assert [(op.src.rank, op.dst.rank) for op in sched.ops if op.is_transfer] == [(0, 1), (1, 0), (1, 2)]
 
@@ -101,3 +101,14 @@ def test_1024_ranks_sparse():
     m[np.arange(n), (np.arange(n) + 1) % n] = 1 << 20  # a shift: one block per rank
     d = demand_collective(m)
     assert len(d.collective.inputs[0]) == 1 and d.rounding == 0
+
+
+def test_direct_schedule_relays_where_no_switch_joins_two_gpus():
+    """dgx_h100(nodes=2): GPU 0 reaches node 1's GPU 1 only through a GPU; the block
+    goes as NCCL's PXN sends it, over NVLink to GPU 1 of its own node, then the rail."""
+    topo = resolve_topology("dgx_h100(nodes=2)")
+    m = np.zeros((16, 16))
+    m[0, 9] = 1 << 20
+    sched = direct_schedule(demand_collective(m).collective, topo)
+    verify(sched, topo)
+    assert [(op.src.rank, op.dst.rank) for op in sched.ops] == [(0, 1), (1, 9)]
