@@ -88,7 +88,7 @@ from threadpoolctl import threadpool_limits
 from collc.analysis.demand import (
     Requirement, disjoint_requirements, greedy_disjoint, pairwise_disjoint, requirements,
 )
-from collc.analysis.latency_cut import latency_cut_bound
+from collc.analysis.latency_cut import Crossing, latency_cut_bound
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective
 from collc.ir.topology import Topology
@@ -232,24 +232,21 @@ def _cut_with_latency(model: "_CutModel", witness: tuple[str, ...]) -> float:
         return 0.0
     inside = np.zeros(len(model.names), dtype=bool)
     inside[[model.index[n] for n in witness]] = True
-    holders: set[int] = set()
-    needers: set[int] = set()
+    names = model.names
+    crossings: list[Crossing] = []
     pair_rows, pair_cols = np.nonzero(model.pairs)
     for h, d in zip(pair_rows.tolist(), pair_cols.tolist()):
         if inside[h] and not inside[d]:
-            holders.add(h)
-            needers.add(d)
+            crossings.append(Crossing((names[h],), (names[d],)))
     for opts, need, _ in model.groups:
         if len(opts) == 1 and len(opts[0]) == 1 and len(need) == 1:
             continue  # counted as a pair above
         within = [a for a in opts if inside[list(a)].all()]
         outside = [d for d in need if not inside[d]]
         if within and outside:
-            holders.update(n for a in within for n in a)
-            needers.update(outside)
-    names = model.names
-    return latency_cut_bound(model.topology, set(witness), model.slot * model.count(inside),
-                             [names[i] for i in sorted(holders)], [names[i] for i in sorted(needers)])
+            crossings.append(Crossing(tuple(sorted({names[n] for a in within for n in a})),
+                                      tuple(names[d] for d in outside)))
+    return latency_cut_bound(model.topology, set(witness), model.slot * model.count(inside), crossings)
 
 
 def cut_bound_of(topology: Topology, collective: Collective, size_bytes: int, nodes) -> float:

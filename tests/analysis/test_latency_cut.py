@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from collc.analysis.bounds import lower_bounds
-from collc.analysis.latency_cut import window_bound
+from collc.analysis.latency_cut import multicast_window_bound, window_bound
 from collc.ir.collective import allgather
 from collc.synthesis.core import SynthesisOptions, synthesize
 from analysis_nets import ring, star
@@ -20,6 +20,14 @@ def test_window_bound_by_hand():
     # A link opening after the others have finished adds nothing.
     assert window_bound(np.array([1.0, 1.0]), np.array([0.0, 10.0]), 4.0) == pytest.approx(4.0)
     assert window_bound(np.array([1.0]), np.array([5.0]), 0.0) == 0.0
+
+
+def test_multicast_window_bound_by_hand():
+    # Two links of 1 byte/s; a byte leaving once needs the window T - 2, one leaving
+    # twice two windows of T: carried(T) = 2 (T - 2) + (2T - 2 (T - 2)) / 2 = 2T - 2.
+    assert multicast_window_bound(np.array([1.0, 1.0]), np.zeros(2), np.full(2, 2.0), 4.0) == pytest.approx(3.0)
+    # Equal windows: every byte leaves once, as in window_bound.
+    assert multicast_window_bound(np.array([1.0]), np.zeros(1), np.zeros(1), 4.0) == pytest.approx(4.0)
 
 
 def test_is_the_cut_plus_the_path_latency_on_a_switch():

@@ -77,8 +77,9 @@ def test_readme_fan_out_splits_over_every_nic(tmp_path):
     assert big.estimate_s <= 1.05 * lower_bounds(topo, coll, 64 << 20).best_s
     small = synthesize(topo, coll, 1 << 20, SynthesisOptions(progress=False))
     bounds = lower_bounds(topo, coll, 1 << 20)
-    # No schedule beats the cut bound with latency windows (14.14 us: three of the four
-    # NICs are a hop from rank 0); the 1.3x of the bandwidth bound alone is below it.
-    assert bounds.cut_latency_s == pytest.approx(14.14e-6, rel=1e-3)
+    # No schedule beats the cut bound with latency windows (14.84 us: three of the four
+    # NICs are a hop from rank 0, and each byte must reach two GPUs behind the other
+    # server's NICs); 1.3x the bandwidth bound alone is below it.
+    assert bounds.cut_latency_s == pytest.approx(14.836e-6, rel=1e-3)
     assert bounds.cut_latency_s > 1.3 * bounds.best_s
-    assert small.estimate_s <= 1.2 * bounds.cut_latency_s
+    assert small.estimate_s <= 1.11 * bounds.cut_latency_s
