@@ -218,12 +218,14 @@ def switch_paths(topology: Topology) -> dict[tuple[int, int], float]:
 def direct_schedule(coll: Collective, topology: Topology) -> Schedule:
     """NCCL's AllToAllv: every rank sends each block to its owner, all at once (one op
     per block; the simulator picks the route). Where no path of switches joins the two
-    GPUs, the block goes through one GPU as NCCL's PXN sends it: the relay whose hop
-    from the sender is fastest (on a rail cluster, the sender's node-mate on the
-    receiver's rail), lowest rank on ties. The baseline a demand is measured against."""
+    GPUs, the block goes through GPUs, as few as there can be, each hop the fastest
+    that keeps to that (on a rail cluster: the sender's node-mate on the receiver's
+    rail, as NCCL's PXN sends it; on a GPU mesh, NVLink hops). The baseline a demand is
+    measured against."""
     if coll.demand is None:
         raise ValueError("not a demand collective")
     paths = switch_paths(topology)
+    hops = _hops_to(paths, coll.ranks)
     where: dict = {}
     for j, buf in enumerate(coll.outputs):
         for k, v in enumerate(buf):
@@ -239,26 +241,54 @@ def direct_schedule(coll: Collective, topology: Topology) -> Schedule:
             run = 1
             while k + run < len(buf) and where[next(iter(buf[k + run]))] == (j, at + run):
                 run += 1
-            src, dst = Loc(i, Buffer.INPUT, k), Loc(j, Buffer.OUTPUT, at)
-            if i == j or (i, j) in paths:
-                ops.append(Op.make(len(ops), OpKind.COPY, src, dst, run, (), 0, (), None))
-            else:
-                relay = _relay(paths, i, j, coll.ranks, topology)
+            src, dep, step = Loc(i, Buffer.INPUT, k), (), 0
+            for relay in _relays(paths, hops, i, j, topology):
                 hop = Loc(relay, Buffer.SCRATCH, scratch[relay])
                 scratch[relay] += run
-                ops.append(Op.make(len(ops), OpKind.COPY, src, hop, run, (), 0, (), None))
-                ops.append(Op.make(len(ops), OpKind.COPY, hop, dst, run, (len(ops) - 1,), 1, (), None))
+                ops.append(Op.make(len(ops), OpKind.COPY, src, hop, run, dep, step, (), None))
+                src, dep, step = hop, (len(ops) - 1,), step + 1
+            ops.append(Op.make(len(ops), OpKind.COPY, src, Loc(j, Buffer.OUTPUT, at), run, dep, step, (), None))
             k += run
     return Schedule("direct", coll, topology.name, tuple(ops), tuple(scratch) if any(scratch) else (),
                     {"source": "algorithm", "algorithm": "direct"})
 
 
-def _relay(paths: dict[tuple[int, int], float], i: int, j: int, ranks: int, topology: Topology) -> int:
-    options = [(-paths[(i, r)], r) for r in range(ranks) if (i, r) in paths and (r, j) in paths]
-    if not options:
+def _hops_to(paths: dict[tuple[int, int], float], ranks: int) -> list[list[int]]:
+    """hops[j][r]: the fewest switch paths from GPU r to GPU j (ranks if none)."""
+    into: list[list[int]] = [[] for _ in range(ranks)]
+    for a, b in paths:
+        into[b].append(a)
+    out = []
+    for j in range(ranks):
+        dist = [ranks] * ranks
+        dist[j] = 0
+        frontier = [j]
+        while frontier:
+            nxt = []
+            for v in frontier:
+                for u in into[v]:
+                    if dist[u] == ranks:
+                        dist[u] = dist[v] + 1
+                        nxt.append(u)
+            frontier = nxt
+        out.append(dist)
+    return out
+
+
+def _relays(paths: dict[tuple[int, int], float], hops: list[list[int]], i: int, j: int,
+            topology: Topology) -> list[int]:
+    if i == j:
+        return []
+    ranks = len(hops)
+    if hops[j][i] >= ranks:
         raise CollcError(f"the direct exchange cannot send from GPU {topology.gpu(i).name} to "
-                         f"{topology.gpu(j).name}: no path of switches joins them, nor one relay GPU")
-    return min(options)[1]
+                         f"{topology.gpu(j).name}: no path of links joins them")
+    out, at = [], i
+    while hops[j][at] > 1:
+        at = min((-paths[(at, r)], r) for r in range(ranks)
+                 if (at, r) in paths and hops[j][r] == hops[j][at] - 1)[1]
+        out.append(at)
+    return out
 
 
 def demand_request(path: str | Path, topology_ranks: int, size_bytes: int | None, pad: bool,
