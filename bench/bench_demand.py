@@ -21,7 +21,7 @@ command, the synthesis seconds from the report, and NCCL's direct AllToAllv (eve
 block straight to its owner, all at once) where the topology has a switch path between
 every two GPUs. Goals: <= 1.05 of the bound, <= 10 s a compile.
 
-    python3 bench/bench_demand.py [--sizes 64MiB,1GiB] [--seed 1] [--timeout 600]
+    python3 bench/bench_demand.py [--sizes 64MiB,1GiB] [--seed 1] [--timeout 600] [--tolerance F]
         [--out bench/results/demand.json] [--md bench/results/demand.md] [--label TEXT]
 
 The JSON file is replaced; the Markdown table goes in as a new section at the top.
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -95,11 +94,13 @@ def parse_size(text: str) -> int:
 
 
 def case(topology: str, n: int, kind: str, size: str, rng: np.random.Generator, work: Path,
-         timeout: float) -> dict:
+         timeout: float, tolerance: str | None = None) -> dict:
     name = f"{kind}-{n}-{size}"
     np.savetxt(work / f"{name}.csv", matrix(kind, n, rng), delimiter=",", fmt="%.9g")
     cmd = ["compile", "--topology", topology, "--demand", f"{name}.csv", "--size", size,
            "-o", f"{name}.json", "--report", f"{name}-report.json", "-q"]
+    if tolerance:
+        cmd[-1:-1] = ["--tolerance", tolerance]
     out = {"topology": topology, "kind": kind, "size": size, "command": "collc " + " ".join(cmd)}
     out.update(run(cmd, work, timeout))
     if out["status"] == 0:
@@ -150,6 +151,7 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results/demand.json")
     ap.add_argument("--md", default="bench/results/demand.md")
     ap.add_argument("--label", default="")
+    ap.add_argument("--tolerance", default=None, help="passed to collc compile (default: its own, 0.01)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     rows = []
@@ -158,11 +160,11 @@ def main() -> int:
         for topology in args.topologies.split(","):
             for kind in args.kinds.split(","):
                 for size in args.sizes.split(","):
-                    r = case(topology, TOPOLOGIES[topology], kind, size, rng, Path(tmp), args.timeout)
+                    r = case(topology, TOPOLOGIES[topology], kind, size, rng, Path(tmp), args.timeout, args.tolerance)
                     print(json.dumps({k: v for k, v in r.items() if k != "stderr"}), flush=True)
                     rows.append(r)
-    label = args.label or (f"{time.strftime('%Y-%m-%d')}, {platform.node() and 'shared machine'}, "
-                           f"{os.cpu_count()} cores, load {load:.1f} at the start")
+    label = args.label or (f"{time.strftime('%Y-%m-%d')}, shared machine, {os.cpu_count()} cores, load "
+                           f"{load:.1f} at the start" + (f", --tolerance {args.tolerance}" if args.tolerance else ""))
     Path(args.out).write_text(json.dumps({"label": label, "seed": args.seed, "rows": rows}, indent=2) + "\n")
     md = Path(args.md)
     head = "# Demand matrices (AllToAllv): `python3 bench/bench_demand.py`\n\n"
