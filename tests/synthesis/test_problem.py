@@ -83,3 +83,25 @@ def test_readme_fan_out_splits_over_every_nic(tmp_path):
     assert bounds.cut_latency_s == pytest.approx(14.836e-6, rel=1e-3)
     assert bounds.cut_latency_s > 1.3 * bounds.best_s
     assert small.estimate_s <= 1.11 * bounds.cut_latency_s
+
+
+@pytest.mark.parametrize("std", [reducescatter(4), standard("reduce", 4, 1, 2)])
+def test_a_custom_reduction_in_a_standard_form_is_split_and_composed(std):
+    topo = fe.resolve_topology("switch(4)")
+    mine = Collective("mine", CollectiveKind.CUSTOM, 4, std.chunks, std.inputs, std.outputs)
+    result = synthesize(topo, mine, 16 << 20, SynthesisOptions(progress=False))
+    verify(result.schedule, topo)
+    assert result.schedule.collective.chunks > 1
+    assert result.schedule.collective == refine(mine, result.schedule.collective.chunks)
+
+
+def test_other_custom_reductions_are_refused_with_the_reason():
+    """Splitting works for any sum (elementwise), but synthesis composes only the
+    reductions it can reverse from an AllGather or Broadcast."""
+    rs = reducescatter(4)
+    partial = list(rs.outputs)
+    partial[0] = (frozenset({ChunkId(1, 0), ChunkId(2, 0)}),)  # a sum over two ranks only
+    mine = Collective("mine", CollectiveKind.CUSTOM, 4, 1, rs.inputs, tuple(partial))
+    assert refine(mine, 2).has_reduction
+    with pytest.raises(Exception, match="write other reductions as an algorithm"):
+        synthesize(fe.resolve_topology("switch(4)"), mine, 1 << 20, SynthesisOptions(progress=False))
