@@ -296,8 +296,13 @@ def _jobs(args: argparse.Namespace) -> list:
     from collc.driver import CompileJob
 
     sizes = _parse_sizes(args.size) if args.size else []
-    if args.demand:
-        return [_demand_job(args, sizes)]
+    if args.demand:  # an AllToAllv from a demand matrix (collc.frontend.demand)
+        from collc.driver import demand_job
+
+        if args.file or args.collective or args.algorithm or not args.topology or len(sizes) > 1:
+            raise UsageError("--demand M.csv goes with --topology and at most one --size (the matrix is the collective)")
+        return [demand_job(args.topology, args.demand, sizes[0] if sizes else None, args.backend,
+                           _synth_pipeline(args, None))]
     if args.algorithm and (args.synthesize or args.pipeline):
         raise UsageError("--algorithm and --synthesize/--pipeline choose different routes: give one")
     jobs = []
@@ -342,21 +347,6 @@ def _jobs(args: argparse.Namespace) -> list:
         jobs.append(CompileJob(topology=topo, collective=coll, size_bytes=size, algorithm=algorithm,
                                pipeline=_synth_pipeline(args, None), base_dir=base))
     return jobs
-
-
-def _demand_job(args: argparse.Namespace, sizes: list[int]):
-    """--demand M.csv: the matrix's AllToAllv (collc.frontend.demand), entries in bytes,
-    or in shares of the one --size."""
-    from collc import frontend
-    from collc.driver import CompileJob
-    from collc.frontend.demand import demand_request
-
-    if args.file or args.collective or args.algorithm or not args.topology or len(sizes) > 1:
-        raise UsageError("--demand M.csv goes with --topology and at most one --size (the matrix is the collective)")
-    topo = frontend.resolve_topology(args.topology)
-    demand = demand_request(args.demand, topo.num_ranks, sizes[0] if sizes else None, args.backend == "msccl-xml")
-    return CompileJob(topology=topo, collective=demand.collective, size_bytes=demand.size_bytes,
-                      pipeline=_synth_pipeline(args, None))
 
 
 def _defines(path: str, spec: str) -> bool:

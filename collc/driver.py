@@ -16,7 +16,7 @@ from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import simulate
 from collc.backends import BackendOptions, get_backend
 from collc.diagnostics import CollcError, Span
-from collc.frontend.demand import direct_schedule
+from collc.frontend.demand import demand_request, direct_schedule
 from collc.ir.collective import Collective
 from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
@@ -213,6 +213,16 @@ def baselines_for(job: CompileJob, schedule: Schedule | None = None,
         except CollcError as exc:
             out.append(Baseline(name, None, exc.message))
     return out
+
+
+def demand_job(topology_spec: str, path: str, size_bytes: int | None, backend: str, pipeline: str) -> CompileJob:
+    """`collc compile --topology T --demand M.csv [--size S]`: the matrix's AllToAllv,
+    entries in bytes or in shares of S; for MSCCL XML, whose executor takes equal
+    blocks only, the AllToAll with every block padded to the largest."""
+    topology = frontend.resolve_topology(topology_spec)
+    demand = demand_request(path, topology.num_ranks, size_bytes, backend == "msccl-xml")
+    return CompileJob(topology=topology, collective=demand.collective, size_bytes=demand.size_bytes,
+                      pipeline=pipeline)
 
 
 def _demand_direct(job: CompileJob) -> Baseline:
