@@ -17,6 +17,7 @@ from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import simulate
 from collc.backends import BackendOptions, Library, LibraryBand, LibraryRequest, get_backend
 from collc.diagnostics import CollcError, Span
+from collc.frontend.demand import demand_request, direct_schedule
 from collc.ir.collective import Collective
 from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
@@ -198,6 +199,8 @@ def baselines_for(job: CompileJob, schedule: Schedule | None = None,
     """The stdlib's hand-written algorithms for this collective, timed on the same model.
     `schedule`, the job's own when it is one of them, is reused rather than rebuilt, and
     so is its simulated time `schedule_time_s` when the caller has it."""
+    if job.collective.demand is not None:
+        return [_demand_direct(job)]
     out = []
     for name in frontend.algorithms_for(job.collective.name):
         try:
@@ -211,6 +214,25 @@ def baselines_for(job: CompileJob, schedule: Schedule | None = None,
         except CollcError as exc:
             out.append(Baseline(name, None, exc.message))
     return out
+
+
+def demand_job(topology_spec: str, path: str, size_bytes: int | None, backend: str, pipeline: str) -> CompileJob:
+    """`collc compile --topology T --demand M.csv [--size S]`: the matrix's AllToAllv,
+    entries in bytes or in shares of S; for MSCCL XML, whose executor takes equal
+    blocks only, the AllToAll with every block padded to the largest."""
+    topology = frontend.resolve_topology(topology_spec)
+    demand = demand_request(path, topology.num_ranks, size_bytes, backend == "msccl-xml")
+    return CompileJob(topology=topology, collective=demand.collective, size_bytes=demand.size_bytes,
+                      pipeline=pipeline)
+
+
+def _demand_direct(job: CompileJob) -> Baseline:
+    """A demand matrix's baseline: NCCL's AllToAllv, every block straight to its owner."""
+    try:
+        return Baseline("direct", baseline_time(direct_schedule(job.collective, job.topology), job.topology,
+                                                job.size_bytes))
+    except CollcError as exc:
+        return Baseline("direct", None, exc.message)
 
 
 def check_job(job: CompileJob, back, options: BackendOptions) -> None:

@@ -40,3 +40,13 @@ def test_ci_runs_the_readme_test_command():
     test_command = README.split("Install the test dependencies and run the whole test suite:\n\n```\n", 1)[1]
     test_command = test_command.split("\n```", 1)[0].strip()
     assert test_command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_quoted_fan_out_report_is_what_collc_prints(tmp_path):
+    (tmp_path / "my_cluster.coll").write_text(_example())
+    r = _collc("compile", "my_cluster.coll", "--request", "fan_out", "-o", "out/", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    quoted = README.split("```\nfan_out on two_servers", 1)[1].split("```", 1)[0]
+    for what in ("schedule time", "lower bound", "with latency", "schedule  "):
+        line = next(line for line in quoted.splitlines() if line.startswith(f"│ {what}"))
+        assert line in r.stdout, (line, r.stdout)

@@ -67,6 +67,13 @@ def compile_jobs(args: argparse.Namespace) -> list:
     from collc.driver import CompileJob
 
     sizes = parse_sizes(args.size) if args.size else []
+    if args.demand:  # an AllToAllv from a demand matrix (collc.frontend.demand)
+        from collc.driver import demand_job
+
+        if args.file or args.collective or args.algorithm or not args.topology or len(sizes) > 1:
+            raise UsageError("--demand M.csv goes with --topology and at most one --size (the matrix is the collective)")
+        return [demand_job(args.topology, args.demand, sizes[0] if sizes else None, args.backend,
+                           synth_pipeline(args, None))]
     if args.algorithm and (args.synthesize or args.pipeline):
         raise UsageError("--algorithm and --synthesize/--pipeline choose different routes: give one")
     jobs = []
@@ -201,6 +208,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--size", metavar="BYTES",
                    help="nccl-tests' size: 1MiB, 256MB, 1M (K/M/G/T are powers of 1024, as nccl-tests reads "
                         "them; KB/MB/GB powers of 1000), ...; a comma list for several")
+    c.add_argument("--demand", metavar="M.csv", help="an N x N demand matrix (AllToAllv): bytes rank i sends "
+                   "rank j, or shares of --size")
     c.add_argument("--request", metavar="LINE|NAME",
                    help="compile only the FILE's requests on this line, or naming this collective, topology "
                         "or algorithm")

@@ -38,13 +38,20 @@ def print_report(rep: dict[str, Any]) -> None:
     row("schedule time", fmt_time(rep["time_us"]))
     ratio = rep.get("ratio_to_lower_bound")
     row("lower bound", f"{fmt_time(rep['lower_bound_us'])}" + (f"  (time / bound = {ratio:.3f})" if ratio else ""))
+    if rep.get("lower_bound_with_latency_us"):
+        row("with latency", f"{fmt_time(rep['lower_bound_with_latency_us'])}  "
+            f"(time / bound = {rep['ratio_to_bound_with_latency']:.3f})")
     row("algbw / busbw", f"{rep['algbw_GBps']:.2f} / {rep['busbw_GBps']:.2f} GB/s")
+    if rep.get("demand"):
+        d = rep["demand"]
+        row("demand", f"{d['entries']} blocks, {d['bytes']:,.0f} bytes; moves {d['extra_share']:+.2%}"
+            + (" (padded to equal blocks)" if d["padded"] else " (whole slots)"))
     for name, b in rep.get("baselines", {}).items():
         if b.get("time_us") is None:
             row(f"baseline {name}", f"n/a ({b.get('error')})")
         else:
             row(f"baseline {name}", f"{fmt_time(b['time_us'])}  (speedup {b['speedup']:.2f}x)")
-    status = solver.get("status", "-")
+    status = rep.get("optimality") or solver.get("status", "-")
     if solver.get("optimal") is False:
         status += " (not proven optimal)"
     method = solver.get("method", "-")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import STANDARD_FUNCTIONS, suggest, unknown_name_error
+from collc.frontend.demand import DEMAND_NAME
 from collc.frontend.module import Module
 
 TOPOLOGY, COLLECTIVE, ALGORITHM = "topology", "collective", "algorithm"
@@ -101,7 +102,8 @@ def check_module(module: Module) -> None:
         kind = d.kind_word
         _check_definition(module, d, kind, constants_scope(module))
     for req in module.syntax.requests:
-        module.lookup_collective(req.collective.name, req.collective.name_span)
+        if req.collective.name != DEMAND_NAME or module.find_collective(DEMAND_NAME) is not None:
+            module.lookup_collective(req.collective.name, req.collective.name_span)  # else a demand matrix
         module.lookup_topology(req.topology.name, req.topology.name_span)
         checker = BodyChecker(module, TOPOLOGY, {}, None)
         for spec in (req.collective, req.topology, req.using):

@@ -72,6 +72,11 @@ class Collective:
     inputs: tuple[tuple[Value, ...], ...]
     outputs: tuple[tuple[Value | None, ...], ...]
     root: int | None = None
+    # Where the collective was made from a demand matrix (collc.frontend.demand): the
+    # bytes each rank sends each other rank, as (source, destination, bytes) for the
+    # entries that are not zero. Its slots round those up to whole slots; the lower
+    # bounds count these bytes exactly.
+    demand: tuple[tuple[int, int, float], ...] | None = None
 
     @property
     def in_chunks(self) -> int:
@@ -115,6 +120,7 @@ class Collective:
             "root": self.root,
             "inputs": [[enc(v) for v in b] for b in self.inputs],
             "outputs": [[enc(v) for v in b] for b in self.outputs],
+            **({"demand": [list(e) for e in self.demand]} if self.demand is not None else {}),
         }
 
     @classmethod
@@ -130,6 +136,8 @@ class Collective:
             root=data.get("root"),
             inputs=tuple(tuple(dec(v) for v in b) for b in data["inputs"]),
             outputs=tuple(tuple(dec(v) for v in b) for b in data["outputs"]),
+            demand=(tuple((int(i), int(j), float(b)) for i, j, b in data["demand"])
+                    if data.get("demand") is not None else None),
         )
 
 

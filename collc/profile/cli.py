@@ -32,6 +32,8 @@ def add_commands(subparsers) -> None:
                    help="solver seconds per synthesized size band (default 2)")
     c.add_argument("--nccl-tests", action="store_true", dest="nccl_tests",
                    help="print nccl-tests commands that replay the mix")
+    c.add_argument("--demands", metavar="DIR", help="write the demand matrix (bytes, for collc compile --demand) "
+                   "of every all_to_all whose record_param_comms has split sizes")
     c.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"table rows to print (default {DEFAULT_ROWS})")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing (outputs are still written)")
     c.set_defaults(func=cmd_profile)
@@ -107,6 +109,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
         plots = write_plots(mix, Path(args.plot), model)
         result["plots"] = [str(p) for p in plots]
+    if args.demands:
+        from collc.profile.demands import write_demands
+
+        calls = write_demands(args.traces, Path(args.demands))
+        result["demands"] = {"directory": args.demands, "calls": [
+            {"file": c.file_name() if c.consistent else None, "group": c.group, "index": c.index,
+             "bytes": float(c.matrix.sum()), "missing_rows": c.missing_rows} for c in calls]}
     if args.json:
         atomic_write(args.json, json.dumps(result, indent=2) + "\n")
     if not args.quiet:

@@ -47,13 +47,25 @@ from collc.synthesis.timing import sequence
 REDUCTION_KINDS = (CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE)
 
 
-def reduction_kind(collective: Collective) -> CollectiveKind:
+def reduction_kind(collective: Collective) -> tuple[CollectiveKind, int]:
+    """The standard reduction the collective is, and its root. A custom collective (declared in a
+    .coll file) counts as one where its buffers are that reduction's at its chunk
+    count (its root: the one rank that must hold anything); synthesis then splits and
+    composes it like the standard one."""
     kind = collective.kind
     root = collective.root if collective.root is not None else 0
-    if kind in REDUCTION_KINDS:
-        canon = standard(kind, collective.ranks, collective.chunks, root)
+    candidates = (kind,) if kind in REDUCTION_KINDS else ()
+    if kind is CollectiveKind.CUSTOM:
+        holding = [r for r, buf in enumerate(collective.outputs) if any(v is not None for v in buf)]
+        root = holding[0] if len(holding) == 1 else root
+        candidates = REDUCTION_KINDS
+    for kind in candidates:
+        try:
+            canon = standard(kind, collective.ranks, collective.chunks, root)
+        except (KeyError, ValueError):
+            continue
         if canon.inputs == collective.inputs and canon.outputs == collective.outputs:
-            return kind
+            return kind, root
     raise CollcError(
         f"cannot synthesize '{collective.name}': of the collectives that reduce, synthesis supports "
         "ReduceScatter, AllReduce and Reduce in their standard form; write other reductions as an algorithm")
@@ -88,7 +100,7 @@ def synthesize_with_reductions(topology: Topology, collective: Collective, size_
 
 def _compose(topology: Topology, collective: Collective, size_bytes: int,
              options: SynthesisOptions, deadline: Deadline, progress: Progress) -> Result:
-    kind = reduction_kind(collective)
+    kind, root = reduction_kind(collective)
     groups = nodes.wanted(topology, collective, options)
     if groups is not None:
         try:
@@ -100,7 +112,6 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
                                  f"{exc}") from None
             # The nodes cannot carry it: the flat composition, over budget or not.
     ranks, c0 = collective.ranks, collective.chunks
-    root = collective.root if collective.root is not None else 0
     base = broadcast(ranks, c0, root) if kind is CollectiveKind.REDUCE else allgather(ranks, c0)
     base = replace(base, name=collective.name)
     forward = Network(topology)
@@ -113,7 +124,7 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     up = choose(backward, base, size_bytes, halves, share, progress)
     chunks = up.plan.problem.collective.chunks
     fine = standard(kind, ranks, chunks, root)
-    fine = replace(fine, name=collective.name, root=collective.root)
+    fine = replace(fine, name=collective.name, root=collective.root, kind=collective.kind)
     up_ops = up.ops
     ops, scratch, last_write = reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops))
     plans = [up.plan]
@@ -136,7 +147,7 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
                 {**up.plan.facts, "composed_from": base.kind.value})
     sched_plan = replace(plan, problem=replace(plan.problem, collective=fine))
     cand = Candidate(sched_plan, timeline, scratch, timeline.seconds, chunks)
-    if kind is CollectiveKind.ALLREDUCE:
+    if kind is CollectiveKind.ALLREDUCE and collective.kind is kind:  # custom-labelled: the composition
         cand = direct.keep_better(cand, topology, forward, backward, collective, size_bytes, options, deadline,
                                   progress)
     return to_result(cand, collective, topology, deadline)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from collc.diagnostics import CollcError, SolverError
-from collc.ir.collective import ChunkId, Collective, CollectiveKind, standard
+from collc.ir.collective import ChunkId, Collective, CollectiveKind, Value, standard
 from collc.ir.schedule import Buffer, Loc
 from collc.synthesis.network import Network
 
@@ -119,7 +119,28 @@ def check_reachable(problem: Problem) -> None:
 # --- refinement -------------------------------------------------------------------
 
 def refinable(collective: Collective) -> bool:
-    """A standard collective whose slots may be split into finer ones."""
+    """Whether the collective's slots may be split into finer ones: every collective
+    of the IR may. A slot's value is a chunk or an elementwise sum of chunks (the only
+    reduction the IR has), so piece p of a slot is the chunk, or the sum, of piece p of
+    each chunk: the same postcondition over k times as many slots of 1/k the bytes."""
+    return collective.ranks > 0 and collective.chunks > 0
+
+
+def refine(collective: Collective, chunks: int) -> Collective:
+    """The same collective over `chunks` slots per rank (a multiple of its own count)."""
+    if chunks == collective.chunks:
+        return collective
+    if chunks % collective.chunks:
+        raise CollcError(f"cannot split '{collective.name}' ({collective.chunks} chunks per rank) into "
+                         f"{chunks} chunks per rank: use a multiple of {collective.chunks}")
+    if _is_standard(collective):
+        root = collective.root if collective.root is not None else 0
+        fine = standard(collective.kind, collective.ranks, chunks, root)
+        return replace(fine, name=collective.name, root=collective.root)
+    return split(collective, chunks // collective.chunks)
+
+
+def _is_standard(collective: Collective) -> bool:
     if collective.kind is CollectiveKind.CUSTOM:
         return False
     try:
@@ -130,14 +151,33 @@ def refinable(collective: Collective) -> bool:
     return canon.inputs == collective.inputs and canon.outputs == collective.outputs
 
 
-def refine(collective: Collective, chunks: int) -> Collective:
-    """The same collective over `chunks` slots per rank (a multiple of its own count)."""
-    if chunks == collective.chunks:
+def split(collective: Collective, pieces: int) -> Collective:
+    """Every slot cut into `pieces` slots: slot s becomes slots s * pieces + p, and
+    chunk(r, i) becomes chunk(r, i * pieces + p) in piece p. A sum of chunks becomes,
+    in piece p, the sum of their pieces p (sums are elementwise). The destinations of
+    each piece are those of its chunk, so a schedule may route the pieces of one chunk
+    over different paths."""
+    if pieces == 1:
         return collective
-    if chunks % collective.chunks:
-        raise CollcError(f"cannot split '{collective.name}' ({collective.chunks} chunks per rank) into "
-                         f"{chunks} chunks per rank: use a multiple of {collective.chunks}")
-    root = collective.root if collective.root is not None else 0
-    fine = standard(collective.kind, collective.ranks, chunks, root)
-    return replace(fine, name=collective.name, root=collective.root)
 
+    def piece_of(value: Value | None, p: int) -> Value | None:
+        if value is None:
+            return None
+        return frozenset(ChunkId(c.rank, c.index * pieces + p) for c in value)
+
+    def split_buffer(buf: tuple[Value | None, ...]) -> tuple[Value | None, ...]:
+        return tuple(piece_of(v, p) for v in buf for p in range(pieces))
+
+    # Buffers that are one object stay one object (the requirement analysis reads
+    # such ranks together).
+    memo: dict[int, tuple] = {}
+
+    def shared(buf: tuple) -> tuple:
+        out = memo.get(id(buf))
+        if out is None:
+            out = memo[id(buf)] = split_buffer(buf)
+        return out
+
+    return replace(collective, chunks=collective.chunks * pieces,
+                   inputs=tuple(shared(b) for b in collective.inputs),
+                   outputs=tuple(shared(b) for b in collective.outputs))

@@ -46,15 +46,17 @@ def test_allreduce_is_reducescatter_then_allgather_per_chunk():
     assert res.schedule.scratch == ()  # partial sums gather in the output buffer
 
 
-def test_custom_collectives_with_reductions_are_refused():
+def test_custom_reductions_in_no_standard_form_are_refused():
+    """A sum over two of three ranks is no ReduceScatter, AllReduce or Reduce (a
+    custom collective in one of those forms is composed like it: tests/synthesis/test_problem.py)."""
     from collc.diagnostics import CollcError
     from collc.ir.collective import ChunkId, Collective, CollectiveKind
 
-    inputs = tuple((frozenset({ChunkId(r, 0)}),) for r in range(2))
-    outputs = ((frozenset({ChunkId(0, 0), ChunkId(1, 0)}),), (None,))
-    coll = Collective("mine", CollectiveKind.CUSTOM, 2, 1, inputs, outputs)
+    inputs = tuple((frozenset({ChunkId(r, 0)}),) for r in range(3))
+    outputs = ((frozenset({ChunkId(0, 0), ChunkId(1, 0)}),), (None,), (None,))
+    coll = Collective("mine", CollectiveKind.CUSTOM, 3, 1, inputs, outputs)
     with pytest.raises(CollcError, match="ReduceScatter, AllReduce and Reduce"):
-        synthesize(switch(2), coll, 1 << 20, SynthesisOptions(progress=False))
+        synthesize(switch(3), coll, 1 << 20, SynthesisOptions(progress=False))
 
 
 def _three_switches():

@@ -4,6 +4,8 @@ import io
 
 import pytest
 
+from collc.synthesis.problem import refine
+
 from collc.diagnostics import CollcError, SolverError
 from collc.ir.collective import ChunkId, Collective, CollectiveKind, allgather, alltoall, standard
 from collc.passes import CompileUnit, PassManager, PipelineError, parse_pipeline
@@ -74,23 +76,26 @@ def test_disconnected_gpus_are_refused_before_solving():
         compile_with("synthesize{progress=false}", disconnected(4), alltoall(4))
 
 
-def test_custom_demands_are_synthesized_without_refinement():
+def test_custom_demands_are_synthesized_split_like_the_standard_ones():
     one = lambda r, i: frozenset({ChunkId(r, i)})
     inputs = tuple((one(r, 0),) for r in range(4))
     # Rank 0's chunk to ranks 2 and 3; rank 3's chunk to rank 1; rank 1 keeps its own.
     outputs = ((None, None), (one(3, 0), one(1, 0)), (one(0, 0), None), (one(0, 0), None))
     coll = Collective("mine", CollectiveKind.CUSTOM, 4, 1, inputs, outputs)
     unit = compile_with("synthesize{progress=false},verify", two_chassis(2), coll)
-    assert unit.schedule.collective == coll
+    assert unit.schedule.collective == refine(coll, unit.schedule.collective.chunks)
     transfers = [op for op in unit.schedule.ops if op.is_transfer]
     assert {op.dst.rank for op in transfers} >= {1, 2, 3}
 
 
-def test_custom_chunks_cannot_be_split():
+def test_custom_chunks_split_as_asked():
     one = lambda r, i: frozenset({ChunkId(r, i)})
     coll = Collective("mine", CollectiveKind.CUSTOM, 2, 1, ((one(0, 0),), (one(1, 0),)), ((None,), (one(0, 0),)))
-    with pytest.raises(CollcError, match="cannot be split"):
-        compile_with("synthesize{chunks=2 progress=false}", switch(2), coll)
+    unit = compile_with("synthesize{chunks=2 progress=false},verify", switch(2), coll)
+    assert unit.schedule.collective.chunks == 2 and unit.schedule.collective == refine(coll, 2)
+    two = Collective("two", CollectiveKind.CUSTOM, 2, 2, ((one(0, 0), one(0, 1)), ()), ((), (one(0, 0), one(0, 1))))
+    with pytest.raises(CollcError, match="multiple of 2"):
+        compile_with("synthesize{chunks=3 progress=false}", switch(2), two)
 
 
 def test_progress_stays_silent_off_a_terminal():

@@ -12,6 +12,7 @@ from collc.frontend import ast
 from collc.frontend.eval import algorithm as algorithm_mod
 from collc.frontend.eval import collective as collective_mod
 from collc.frontend.eval import topology as topology_mod
+from collc.frontend.demand import DEMAND_NAME, demand_of_request
 from collc.frontend.evaluate import Evaluator, Scope, as_int
 from collc.frontend.module import Module
 from collc.frontend.runner import evaluate_args
@@ -120,11 +121,16 @@ def evaluate_request(module: Module, req: ast.Compile) -> CompileRequest:
     scope = module.constants
     topo_entry = module.lookup_topology(req.topology.name, req.topology.name_span)
     topology = topology_mod.instantiate(topo_entry, evaluate_args(req.topology.args, scope, ev), req.topology.span)
-    coll_entry = module.lookup_collective(req.collective.name, req.collective.name_span)
-    collective = collective_mod.instantiate(coll_entry, topology.num_ranks,
-                                            evaluate_args(req.collective.args, scope, ev), req.collective.span)
-    check_reachable(topology, collective, req.topology.span)
     size = None if req.size is None else size_bytes(ev.eval(req.size, scope), req.size.span)
+    if req.collective.name == DEMAND_NAME and module.find_collective(DEMAND_NAME) is None:
+        # `compile alltoallv(demand = "m.csv") on T size S;`: a demand matrix (collc.frontend.demand)
+        demand = demand_of_request(module, req, topology, size, evaluate_args(req.collective.args, scope, ev))
+        collective, size = demand.collective, demand.size_bytes
+    else:
+        coll_entry = module.lookup_collective(req.collective.name, req.collective.name_span)
+        collective = collective_mod.instantiate(coll_entry, topology.num_ranks,
+                                                evaluate_args(req.collective.args, scope, ev), req.collective.span)
+    check_reachable(topology, collective, req.topology.span)
     if req.using is None:
         return CompileRequest(topology, collective, size, None, None, DEFAULT_PIPELINE, req.span)
     using = req.using

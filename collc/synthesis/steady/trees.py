@@ -20,6 +20,7 @@ from collc.synthesis.progress import Progress
 from collc.synthesis.solver import INF, Deadline, SolverOptions, new_highs
 from collc.synthesis.steady.colgen import EXCESS_PRICE, RoundDuals, column_generation, packing_lp_rows
 from collc.synthesis.steady.solution import NotApplicable, RateSolution, class_bytes
+from collc.synthesis.steiner import relayed_tree
 
 
 def tree_rates(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
@@ -146,7 +147,12 @@ class RouteGrid:
 
     def tree(self, nodes: tuple[int, ...], route_cost: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The cheapest spanning tree over `nodes` rooted at nodes[0]: its routes (parents
-        before children) and the depth of each route's receiver."""
+        before children) and the depth of each route's receiver. Over a subset of the
+        ranks the tree may relay through the others (collc.synthesis.steiner)."""
+        if len(nodes) < self.grid.shape[0]:
+            relayed = relayed_tree(self.grid, nodes, route_cost)
+            if relayed is not None:
+                return relayed
         idx = np.asarray(nodes)
         routes = self.grid[np.ix_(idx, idx)]
         costs = np.append(route_cost, np.inf)[routes]
