@@ -9,33 +9,28 @@ from pathlib import Path
 from collc.commands.args import EXIT_OK, finite_float, int_at_least, path_text
 from collc.commands.output_paths import check_outputs, names_directory, one_request_many_sizes, output_path
 from collc.commands.report_table import print_report
-from collc.diagnostics import CollcError, Span, UsageError
+from collc import units
+from collc.diagnostics import CollcError, UsageError
 
 # The front end, the driver and the backends are imported inside the functions below:
 # `collc --help` builds this command's parser and should not load the solver to do it.
 
 
 def parse_sizes(text: str) -> list[int]:
-    """`--size 1KiB,1MiB`: the sizes in bytes; errors point at the column of the bad one."""
+    """`--size 1KiB,1MiB`: the sizes in bytes; errors point at the column of the bad one.
+    Each size is read as the language reads one (units, nccl-tests' `1M`, the size limit)."""
     from collc import frontend
 
-    sizes, column = [], 1
-    for part in text.split(","):
-        lead = len(part) - len(part.lstrip())
-        if part.strip():
-            sizes.append(frontend.parse_size(part.strip(), Span("<--size>", 1, column + lead)))
-        column += len(part) + 1
-    return sizes
+    return units.parse_size_list(text, "<--size>", frontend.parse_size)
 
 
 def parse_size_range(text: str) -> tuple[int, int]:
     from collc import frontend
 
-    if ":" not in text:
-        raise UsageError("--size-range takes MIN:MAX (e.g. 0:1MiB; MAX 0 means no limit)")
-    lo, hi = text.split(":", 1)
-    return (frontend.parse_size(lo or "0", Span("<--size-range>", 1, 1)),
-            frontend.parse_size(hi or "0", Span("<--size-range>", 1, len(lo) + 2)))
+    try:
+        return units.parse_size_range(text, "<--size-range>", frontend.parse_size)
+    except ValueError as err:  # no MIN:MAX at all: the command line is wrong, not a value
+        raise UsageError(str(err)) from None
 
 
 def synth_pipeline(args: argparse.Namespace, base: str | None) -> str:
