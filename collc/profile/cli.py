@@ -79,9 +79,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             raise CollcError(f"{t}: no such file or directory")
     traces = read_traces(args.traces)
     if not traces.calls:
-        raise CollcError("no collective calls in " + ", ".join(args.traces)
-                         + " (" + "; ".join(f"{s.path}: {s.format}, {s.records} records" for s in traces.sources)
-                         + ")")
+        _no_calls(traces, args)
     mix = build_mix(traces.calls, traces.world_size, traces.communicators, traces.notes)
     result: dict[str, Any] = {"sources": [s.to_json() for s in traces.sources], **mix.to_json()}
 
@@ -114,6 +112,54 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not args.quiet:
         _print(mix, traces, model, replay, files, args, plots)
     return 0
+
+
+# The subsystems that log one line per call: COLL is not among NCCL's defaults (INIT,
+# BOOTSTRAP, ENV), so `NCCL_DEBUG=INFO` alone gives logs with no call in them.
+NCCL_SUBSYS_HINT = ("set NCCL_DEBUG_SUBSYS=INIT,COLL,TUNING (with NCCL_DEBUG=INFO) and run again: NCCL logs "
+                    "one COLL line per call only with the COLL subsystem, and TUNING adds each call's "
+                    "algorithm and protocol")
+
+
+def _no_calls(traces, args: argparse.Namespace) -> None:
+    """Traces with no call record: print what they do tell (for NCCL logs: the version,
+    communicators and TUNING output), then fail with what to set to get calls.
+
+    The exit status is 1, and no output file is written: the command was asked for the
+    collective mix and there is none, so a script that goes on to read `--json` must
+    stop here. What the logs tell is printed first (stdout), the error and the remedy
+    after it (stderr)."""
+    from collc.traces.detect import TraceSource
+    from collc.traces.nccl_log.facts import log_facts
+
+    logs = [s for s in traces.sources if s.format == "nccl-log"]
+    if not args.quiet:
+        for s in logs:
+            _print_facts(s.path, log_facts(TraceSource.file(s.path)))
+    what = "; ".join(f"{s.path}: {s.format}, {s.records} records" for s in traces.sources)
+    message = "no collective calls in " + ", ".join(args.traces) + f" ({what})"
+    notes = (NCCL_SUBSYS_HINT,) if logs else ()
+    raise CollcError(message, notes=notes)
+
+
+def _print_facts(path: str, facts) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False, emoji=False, soft_wrap=True)   # table rows are wider than terminals
+    console.print(f"{path}: no COLL line (INIT/TUNING output only)")
+    console.print(f"  NCCL version: {', '.join(facts.versions) or 'not logged'}")
+    for c in facts.communicators.values():
+        ranks = _ranks(sorted(c.ranks))
+        console.print(f"  communicator {c.id}: {c.nranks} ranks (ranks {ranks} seen in this log), "
+                      f"{len(c.hosts)} node(s): {', '.join(sorted(c.hosts)[:8])}")
+    if facts.tunings:
+        console.print("  TUNING lines (collective, size -> algorithm/protocol, lines):")
+        for (op, nbytes, algo, proto), n in sorted(facts.tunings.items()):
+            console.print(f"    {op or '?'} {nbytes} B -> {algo}/{proto}  x{n}")
+    if facts.table:
+        console.print("  TUNING table (NCCL's model at init):")
+        for row in facts.table:
+            console.print(f"    {row}")
 
 
 def _model(args: argparse.Namespace, mix):
@@ -175,7 +221,7 @@ def _print(mix, traces, model, replay, files, args, plots) -> None:
     rows = mix.sorted_rows()
     for r in rows[:args.rows]:
         j = r.to_json()
-        named = "*" if r.named_by.get("launch-op") else ""
+        named = ("*" if r.named_by.get("launch-op") else "") + ("+" if r.named_by.get("kernel-name") else "")
         table.add_row(r.collective + named, _short(r.communicator), str(r.nranks or "?"), r.dtype or "?",
                       human_bytes(r.bytes), str(r.calls), str(r.job_calls), str(len(r.ranks)),
                       _time(r.time_us), _time(j["latency_us"]), _time(r.straggler_us),
@@ -185,6 +231,8 @@ def _print(mix, traces, model, replay, files, args, plots) -> None:
         console.print(f"... {len(rows) - args.rows} more rows (--rows N, or --json)")
     if any(r.named_by.get("launch-op") for r in rows):
         console.print("* named by the nccl:* operator that launched the kernel (no collective metadata)")
+    if any(r.named_by.get("kernel-name") for r in rows):
+        console.print("+ named by the NCCL kernel's name alone (no metadata, no launching op: size unknown)")
     for note in mix.notes:
         console.print(f"note: {note}")
     if model is not None:

@@ -96,6 +96,7 @@ class MixRow:
     job_calls: int = 0        # calls of the job (records matched across ranks)
     timed_calls: int = 0      # job calls with a measured duration
     ranks: set = field(default_factory=set)
+    peers: set = field(default_factory=set)   # Send/Recv: the other ends the records name
     time_us: float | None = None
     straggler_us: float | None = None
     named_by: Counter = field(default_factory=Counter)
@@ -127,6 +128,7 @@ class MixRow:
             "straggler_us": self.straggler_us, "bytes_total": self.bytes_total,
             "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps,
             "named_by": dict(sorted(self.named_by.items())),
+            "peers": sorted(self.peers, key=str) if self.collective in P2P else None,
         }
 
 
@@ -286,9 +288,9 @@ def build_rows(job_calls: Iterable[JobCall]) -> list[MixRow]:
     for j in job_calls:
         f = j.first
         key = _row_key(j)
+        # The size of the communicator the call ran on, Send/Recv included (their other
+        # end is the row's `peers`, not a communicator of two).
         nranks = next((c.nranks for c in j.records if c.nranks), None)
-        if j.collective in P2P:
-            nranks = 2
         row = rows.get(key)
         if row is None:
             row = rows[key] = MixRow(j.communicator, j.collective, f.dtype, f.bytes, nranks)
@@ -298,6 +300,8 @@ def build_rows(job_calls: Iterable[JobCall]) -> list[MixRow]:
         row.ranks |= j.ranks
         for c in j.records:
             row.named_by[c.named_by] += 1
+            if c.peer is not None:
+                row.peers.add(c.peer)
         lat = j.latency_us
         if lat is not None:
             row.timed_calls += 1
