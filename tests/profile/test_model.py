@@ -88,7 +88,7 @@ def test_a_baseline_that_does_not_fit_the_cluster_says_why():
 def test_a_send_of_a_rank_to_itself_is_left_out_with_a_note():
     from collc.profile.mix import build_mix
     from collc.profile.model import demand
-    from collc.profile.records import CollectiveCall
+    from collc.traces.records import CollectiveCall
 
     calls = [CollectiveCall("f", "l", kind, rank=1, peer=peer, communicator="p2p", bytes=1 << 20,
                             duration_us=10.0, start_us=float(i))
