@@ -83,8 +83,12 @@ def make_log(rank: int, records: int, layers: int = 20, warmup: int = 150) -> st
     rewrite = lambda line: re.sub(r"^\S+ \[\d+\] ", f"{host}:{pid}:{pid} [{rank % NODE_GPUS}] ", line)
     out = [rewrite(line) for line in header]
     members = _members(rank)
+    node, local = divmod(rank, NODE_GPUS)
     for name, comm_id, ptr in COMMS:
         r, n = members[name]
+        # One shard group per node, one replicate group per local GPU index: their ids differ.
+        group = {"shard": node, "replicate": local}.get(name, 0)
+        comm_id = f"0x{int(comm_id, 16) + group:016x}"
         out.append(f"{pre}ncclCommInitRankConfig comm {ptr} rank {r} nranks {n} cudaDev {rank % NODE_GPUS} "
                    f"nvmlDev {rank % NODE_GPUS} busId 17000 commId {comm_id} - Init COMPLETE")
     ptrs = {name: ptr for name, _id, ptr in COMMS}

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from collc.diagnostics import CollcError
 
@@ -33,6 +34,12 @@ def add_commands(subparsers) -> None:
     c.add_argument("--nccl-tests", action="store_true", dest="nccl_tests",
                    help="print nccl-tests commands that replay the mix")
     c.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"table rows to print (default {DEFAULT_ROWS})")
+    c.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes that read per-rank files in parallel (default: one per usable CPU; 1: "
+                        "read them in this process)")
+    c.add_argument("--scheduler", metavar="ADDRESS",
+                   help="read the files (and synthesize --library bands) on a running Dask cluster "
+                        "(tcp://host:8786; needs pip install \"collc[dask]\"); the workers must see the paths")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing (outputs are still written)")
     c.set_defaults(func=cmd_profile)
 
@@ -47,6 +54,13 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise UsageError("--rank-map needs --topology")
     if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError("--time-limit must be positive")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.scheduler:
+        try:
+            import distributed  # noqa: F401  (only whether the optional extra is installed)
+        except ImportError:
+            raise UsageError('--scheduler needs Dask: pip install "collc[dask]"') from None
     if args.json:
         out = Path(args.json)
         if out.is_dir():
@@ -77,7 +91,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for t in args.traces:
         if not Path(t).exists():
             raise CollcError(f"{t}: no such file or directory")
-    traces = read_traces(args.traces)
+    with _progress_bar(args, "reading trace files") as progress:
+        traces = read_traces(args.traces, workers=args.workers, scheduler=args.scheduler, progress=progress)
     if not traces.calls:
         _no_calls(traces, args)
     mix = build_mix(traces.calls, traces.world_size, traces.communicators, traces.notes)
@@ -112,6 +127,29 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not args.quiet:
         _print(mix, traces, model, replay, files, args, plots)
     return 0
+
+
+@contextmanager
+def _progress_bar(args: argparse.Namespace, what: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar (rich) for `what` on the terminal only (never in a pipe or a file,
+    never with -q): a callback taking (done, total)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if args.quiet or not console.is_terminal:
+        yield None
+        return
+    # No refresh thread: a process with threads cannot fork its file readers safely.
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, auto_refresh=False, transient=True) as bar:
+        task = bar.add_task(what, total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            bar.refresh()
+
+        yield advance
 
 
 # The subsystems that log one line per call: COLL is not among NCCL's defaults (INIT,
