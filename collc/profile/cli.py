@@ -204,9 +204,15 @@ def _model(args: argparse.Namespace, mix):
     from collc import frontend
     from collc.profile.model import SYNTH_SECONDS, model_mix, parse_rank_map
 
+    from collc.traces.parallel_files import local_workers
+
     topology = frontend.resolve_topology(args.topology)
     rank_map = parse_rank_map(args.rank_map) if args.rank_map else None
-    return model_mix(mix, topology, rank_map, seconds=args.time_limit or SYNTH_SECONDS)
+    # The size bands are independent syntheses: run in parallel like the file reads.
+    workers = args.workers if args.workers is not None else local_workers()
+    with _progress_bar(args, "synthesizing size bands") as progress:
+        return model_mix(mix, topology, rank_map, seconds=args.time_limit or SYNTH_SECONDS, workers=workers,
+                         scheduler=args.scheduler, progress=progress)
 
 
 # --- the terminal ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ location) and raised in the reading process: the first failing file's, in file o
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -57,19 +58,20 @@ def _one_log_process() -> None:
 Reader = Callable[[str], FileResult]
 
 
+def process_pool(workers: int, initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor:
+    """A pool of `workers` processes. fork is the cheapest start, but forking a process
+    that runs other threads can deadlock: then a fresh interpreter per worker."""
+    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() \
+        else "forkserver"
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
+                               initializer=initializer)
+
+
 def read_local(files: Sequence[str], workers: int, reader: Reader,
                progress: Progress | None = None) -> list[FileResult]:
     """The files read by a pool of `workers` processes on this machine, in file order."""
-    import multiprocessing
-
-    # fork is the cheapest start, but forking a process that runs other threads can
-    # deadlock: then a fresh interpreter per worker (forkserver).
-    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() \
-        else "forkserver"
-    ctx = multiprocessing.get_context(method)
     results: list[FileResult | None] = [None] * len(files)
-    with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=ctx,
-                             initializer=_one_log_process) as pool:
+    with process_pool(min(workers, len(files)), _one_log_process) as pool:
         futures = {pool.submit(reader, f): i for i, f in enumerate(files)}
         for done, future in enumerate(as_completed(futures), 1):
             results[futures[future]] = future.result()
