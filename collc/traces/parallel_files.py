@@ -18,9 +18,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..diagnostics import CollcError, Span
 from .columns import CallColumns, from_columns
@@ -68,57 +68,74 @@ def process_pool(workers: int, initializer: Callable[[], None] | None = None) ->
 
 
 def read_local(files: Sequence[str], workers: int, reader: Reader,
-               progress: Progress | None = None) -> list[FileResult]:
-    """The files read by a pool of `workers` processes on this machine, in file order."""
-    results: list[FileResult | None] = [None] * len(files)
-    with process_pool(min(workers, len(files)), _one_log_process) as pool:
-        futures = {pool.submit(reader, f): i for i, f in enumerate(files)}
-        for done, future in enumerate(as_completed(futures), 1):
-            results[futures[future]] = future.result()
+               progress: Progress | None = None) -> Iterator[FileResult]:
+    """The files read by a pool of `workers` processes on this machine, yielded in file
+    order as they are ready: the reading process holds the columns of the files read
+    ahead of the one it is combining, not of all of them."""
+    pool = process_pool(min(workers, len(files)), _one_log_process)
+    futures: list[Future | None] = []
+    try:
+        futures.extend(pool.submit(reader, f) for f in files)
+        for i in range(len(futures)):
+            future = futures[i]
+            futures[i] = None                      # its result is dropped once combined
+            yield future.result()
             if progress is not None:
-                progress(done, len(files))
-    return [r for r in results if r is not None]
+                progress(i + 1, len(files))
+    finally:
+        # An error (or the caller stopping) leaves files unread: they are not waited for.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def read_dask(files: Sequence[str], scheduler: Any, reader: Reader,
-              progress: Progress | None = None) -> list[FileResult]:
-    """The files read by the workers of a Dask cluster, in file order. `scheduler` is the
-    address of a running scheduler (`tcp://host:8786`) or a `distributed.Client`. A
-    worker lost mid-run has its files read again elsewhere (Dask reschedules the tasks
+              progress: Progress | None = None) -> Iterator[FileResult]:
+    """The files read by the workers of a Dask cluster, yielded in file order. `scheduler`
+    is the address of a running scheduler (`tcp://host:8786`) or a `distributed.Client`.
+    A worker lost mid-run has its files read again elsewhere (Dask reschedules the tasks
     of a lost worker); a file whose reading raised is tried once more."""
-    from distributed import Client, as_completed as dask_completed   # optional: the [dask] extra
+    from distributed import Client   # optional: the [dask] extra
 
     client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    futures: list = []
     try:
         # Every worker gets the same environment setting as local workers.
         client.run(_one_log_process)
         futures = client.map(reader, list(files), pure=False, retries=1)
-        index = {f.key: i for i, f in enumerate(futures)}
-        results: list[FileResult | None] = [None] * len(files)
-        for done, future in enumerate(dask_completed(futures), 1):
-            results[index[future.key]] = future.result()
+        for i in range(len(futures)):
+            future = futures[i]
+            result = future.result()
+            future.release()                       # the cluster may forget it now
+            futures[i] = None
+            yield result
             if progress is not None:
-                progress(done, len(files))
-        return [r for r in results if r is not None]
+                progress(i + 1, len(files))
     finally:
+        pending = [f for f in futures if f is not None]
+        if pending:
+            client.cancel(pending)
         if client is not scheduler:
             client.close()
 
 
-def combine(results: Sequence[FileResult], context: TraceContext
+def combine(results: Iterable[FileResult], context: TraceContext
             ) -> tuple[list[CollectiveCall], list[SourceSummary]]:
     """The files' calls and summaries in file order, their contexts merged into `context`
     in that order; the first failing file's error raised."""
     calls: list[CollectiveCall] = []
     summaries: list[SourceSummary] = []
-    for r in results:
-        if r.error is not None:
-            message, span, notes = r.error
-            raise CollcError(message, span, notes)
-        merge_context(context, r.context)
-        if r.columns is not None:
-            calls.extend(from_columns(r.columns))
-        summaries.extend(r.summaries)
+    try:
+        for r in results:
+            if r.error is not None:
+                message, span, notes = r.error
+                raise CollcError(message, span, notes)
+            merge_context(context, r.context)
+            if r.columns is not None:
+                calls.extend(from_columns(r.columns))
+            summaries.extend(r.summaries)
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:       # a generator of results: stop its pool now, not when collected
+            close()
     return calls, summaries
 
 

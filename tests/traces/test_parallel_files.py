@@ -110,7 +110,7 @@ def test_a_worker_killed_mid_run_has_its_file_read_again(ranks, cluster, tmp_pat
     folder = tmp_path / "ranks"
     shutil.copytree(ranks, folder)
     files = sorted(str(p) for p in folder.iterdir())
-    results = read_dask(files, cluster, _kill_the_worker_once)
+    results = list(read_dask(files, cluster, _kill_the_worker_once))
     assert (tmp_path / "killed").exists()
     context = TraceContext()
     calls, sources = combine(results, context)
