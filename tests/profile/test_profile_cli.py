@@ -202,3 +202,8 @@ def test_kernels_named_by_their_name_are_marked(tmp_path, capsys):
     rows = json.loads((tmp_path / "m.json").read_text())["collectives"]
     assert sum(r["calls"] for r in rows) == 80
     assert [r["named_by"] for r in rows if r["collective"] == "sendrecv"] == [{"kernel-name": 5}]
+
+
+def test_workers_must_be_positive(capsys):
+    code, _, err = run(capsys, sample(KINETO), "--workers", "0")
+    assert code == 2 and "--workers must be at least 1" in err
