@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from collc.diagnostics import CollcError, UsageError
 
@@ -35,6 +36,12 @@ def add_commands(subparsers) -> None:
     c.add_argument("--demands", metavar="DIR", help="write the demand matrix (bytes, for collc compile --demand) "
                    "of every all_to_all whose record_param_comms has split sizes")
     c.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"table rows to print (default {DEFAULT_ROWS})")
+    c.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes that read per-rank files in parallel (default: one per usable CPU; 1: "
+                        "read them in this process)")
+    c.add_argument("--scheduler", metavar="ADDRESS",
+                   help="read the files (and synthesize --library bands) on a running Dask cluster "
+                        "(tcp://host:8786; needs pip install \"collc[dask]\"); the workers must see the paths")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing (outputs are still written)")
     c.set_defaults(func=cmd_profile)
 
@@ -47,6 +54,13 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise UsageError("--rank-map needs --topology")
     if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError("--time-limit must be positive")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.scheduler:
+        try:
+            import distributed  # noqa: F401  (only whether the optional extra is installed)
+        except ImportError:
+            raise UsageError('--scheduler needs Dask: pip install "collc[dask]"') from None
     if args.json:
         out = Path(args.json)
         if out.is_dir():
@@ -77,11 +91,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for t in args.traces:
         if not Path(t).exists():
             raise CollcError(f"{t}: no such file or directory")
-    traces = read_traces(args.traces)
+    with _progress_bar(args, "reading trace files") as progress:
+        traces = read_traces(args.traces, workers=args.workers, scheduler=args.scheduler, progress=progress)
     if not traces.calls:
-        raise CollcError("no collective calls in " + ", ".join(args.traces)
-                         + " (" + "; ".join(f"{s.path}: {s.format}, {s.records} records" for s in traces.sources)
-                         + ")")
+        _no_calls(traces, args)
     mix = build_mix(traces.calls, traces.world_size, traces.communicators, traces.notes)
     result: dict[str, Any] = {"sources": [s.to_json() for s in traces.sources], **mix.to_json()}
 
@@ -123,13 +136,90 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _progress_bar(args: argparse.Namespace, what: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar (rich) for `what` on the terminal only (never in a pipe or a file,
+    never with -q): a callback taking (done, total)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if args.quiet or not console.is_terminal:
+        yield None
+        return
+    # No refresh thread: a process with threads cannot fork its file readers safely.
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, auto_refresh=False, transient=True) as bar:
+        task = bar.add_task(what, total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            bar.refresh()
+
+        yield advance
+
+
+# The subsystems that log one line per call: COLL is not among NCCL's defaults (INIT,
+# BOOTSTRAP, ENV), so `NCCL_DEBUG=INFO` alone gives logs with no call in them.
+NCCL_SUBSYS_HINT = ("set NCCL_DEBUG_SUBSYS=INIT,COLL,TUNING (with NCCL_DEBUG=INFO) and run again: NCCL logs "
+                    "one COLL line per call only with the COLL subsystem, and TUNING adds each call's "
+                    "algorithm and protocol")
+
+
+def _no_calls(traces, args: argparse.Namespace) -> None:
+    """Traces with no call record: print what they do tell (for NCCL logs: the version,
+    communicators and TUNING output), then fail with what to set to get calls.
+
+    The exit status is 1, and no output file is written: the command was asked for the
+    collective mix and there is none, so a script that goes on to read `--json` must
+    stop here. What the logs tell is printed first (stdout), the error and the remedy
+    after it (stderr)."""
+    from collc.traces.detect import TraceSource
+    from collc.traces.nccl_log.facts import log_facts
+
+    logs = [s for s in traces.sources if s.format == "nccl-log"]
+    if not args.quiet:
+        for s in logs:
+            _print_facts(s.path, log_facts(TraceSource.file(s.path)))
+    what = "; ".join(f"{s.path}: {s.format}, {s.records} records" for s in traces.sources)
+    message = "no collective calls in " + ", ".join(args.traces) + f" ({what})"
+    notes = (NCCL_SUBSYS_HINT,) if logs else ()
+    raise CollcError(message, notes=notes)
+
+
+def _print_facts(path: str, facts) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False, emoji=False, soft_wrap=True)   # table rows are wider than terminals
+    console.print(f"{path}: no COLL line (INIT/TUNING output only)")
+    console.print(f"  NCCL version: {', '.join(facts.versions) or 'not logged'}")
+    for c in facts.communicators.values():
+        ranks = _ranks(sorted(c.ranks))
+        console.print(f"  communicator {c.id}: {c.nranks} ranks (ranks {ranks} seen in this log), "
+                      f"{len(c.hosts)} node(s): {', '.join(sorted(c.hosts)[:8])}")
+    if facts.tunings:
+        console.print("  TUNING lines (collective, size -> algorithm/protocol, lines):")
+        for (op, nbytes, algo, proto), n in sorted(facts.tunings.items()):
+            console.print(f"    {op or '?'} {nbytes} B -> {algo}/{proto}  x{n}")
+    if facts.table:
+        console.print("  TUNING table (NCCL's model at init):")
+        for row in facts.table:
+            console.print(f"    {row}")
+
+
 def _model(args: argparse.Namespace, mix):
     from collc import frontend
     from collc.profile.model import SYNTH_SECONDS, model_mix, parse_rank_map
 
+    from collc.traces.parallel_files import local_workers
+
     topology = frontend.resolve_topology(args.topology)
     rank_map = parse_rank_map(args.rank_map) if args.rank_map else None
-    return model_mix(mix, topology, rank_map, seconds=args.time_limit or SYNTH_SECONDS)
+    # The size bands are independent syntheses: run in parallel like the file reads.
+    workers = args.workers if args.workers is not None else local_workers()
+    with _progress_bar(args, "synthesizing size bands") as progress:
+        return model_mix(mix, topology, rank_map, seconds=args.time_limit or SYNTH_SECONDS, workers=workers,
+                         scheduler=args.scheduler, progress=progress)
 
 
 # --- the terminal ---------------------------------------------------------------------
@@ -182,7 +272,7 @@ def _print(mix, traces, model, replay, files, args, plots) -> None:
     rows = mix.sorted_rows()
     for r in rows[:args.rows]:
         j = r.to_json()
-        named = "*" if r.named_by.get("launch-op") else ""
+        named = ("*" if r.named_by.get("launch-op") else "") + ("+" if r.named_by.get("kernel-name") else "")
         table.add_row(r.collective + named, _short(r.communicator), str(r.nranks or "?"), r.dtype or "?",
                       human_bytes(r.bytes), str(r.calls), str(r.job_calls), str(len(r.ranks)),
                       _time(r.time_us), _time(j["latency_us"]), _time(r.straggler_us),
@@ -192,6 +282,8 @@ def _print(mix, traces, model, replay, files, args, plots) -> None:
         console.print(f"... {len(rows) - args.rows} more rows (--rows N, or --json)")
     if any(r.named_by.get("launch-op") for r in rows):
         console.print("* named by the nccl:* operator that launched the kernel (no collective metadata)")
+    if any(r.named_by.get("kernel-name") for r in rows):
+        console.print("+ named by the NCCL kernel's name alone (no metadata, no launching op: size unknown)")
     for note in mix.notes:
         console.print(f"note: {note}")
     if model is not None:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from concurrent.futures import as_completed as local_completed
+from typing import Any, Callable
 
 from collc import frontend
 from collc.analysis.bounds import lower_bounds
@@ -36,6 +37,7 @@ from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.profile.mix import P2P, Mix, per_iteration
+from collc.traces.parallel_files import process_pool
 
 # Sizes within this factor of a band's smallest size share the band's schedule.
 BAND_RATIO = 4.0
@@ -321,19 +323,73 @@ def _baseline(topology: Topology, coll: Collective, size: int) -> tuple[str, flo
 
 def synthesize_band(band: Band, placement: Placement, seconds: float) -> None:
     """Synthesize the band's schedule at its heaviest size (sets band.schedule or band.error)."""
-    coll = stdlib_collective(band.collective, band.nranks)
+    _take_synthesis(band, synthesize_unit(band.collective, band.nranks, band.representative,
+                                          placement.topology, seconds))
+
+
+SynthesisResult = tuple   # (unit, schedule, solver, error message or None)
+
+
+def synthesize_unit(collective: str, nranks: int, size: int, topology: Topology, seconds: float
+                    ) -> SynthesisResult:
+    """One band's synthesis as a work unit: plain arguments in, the result back (run in a
+    worker process or on a Dask worker as well as here)."""
+    coll = stdlib_collective(collective, nranks)
     pipeline = f"synthesize{{method=auto time_limit={seconds:g} progress=false}}"
     try:
-        run = time_collective(placement.topology, coll, band.representative, pipeline=pipeline,
-                              max_ops=OPS_PER_RANK * band.nranks)
+        run = time_collective(topology, coll, size, pipeline=pipeline, max_ops=OPS_PER_RANK * nranks)
     except CollcError as err:
-        band.error = err.message
+        return None, None, None, err.message
+    return run.unit, run.schedule, run.solver, None
+
+
+def _take_synthesis(band: Band, result: SynthesisResult) -> None:
+    band.unit, band.schedule, band.solver, error = result
+    if error is not None:
+        band.error = error
+
+
+def _synthesize_all(jobs: list[tuple[Band, Placement]], seconds: float, workers: int,
+                    scheduler: Any, progress: Callable[[int, int], None] | None) -> None:
+    """Every band's synthesis: bands are independent, so they run in parallel (worker
+    processes here, or a Dask cluster) when there are several, with the same arguments
+    and solver time limit as in one process. A band whose solver finishes within the
+    limit gets the same schedule; one cut off by the limit gets what its solver found in
+    that time, which depends on the CPU it had (as it does in one process on a busy
+    machine): on 2 busy cores, 2 bands at once found a library saving 2% less."""
+    units = [(b.collective, b.nranks, b.representative, p.topology, seconds) for b, p in jobs]
+    if scheduler is not None and units:
+        from distributed import Client, as_completed   # optional: the [dask] extra
+
+        client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+        try:
+            futures = [client.submit(synthesize_unit, *u, pure=False, retries=1) for u in units]
+            index = {f.key: i for i, f in enumerate(futures)}
+            for done, future in enumerate(as_completed(futures), 1):
+                _take_synthesis(jobs[index[future.key]][0], future.result())
+                if progress is not None:
+                    progress(done, len(units))
+        finally:
+            if client is not scheduler:
+                client.close()
         return
-    band.unit, band.schedule, band.solver = run.unit, run.schedule, run.solver
+    if workers > 1 and len(units) > 1:
+        with process_pool(min(workers, len(units))) as pool:
+            futures = {pool.submit(synthesize_unit, *u): i for i, u in enumerate(units)}
+            for done, future in enumerate(local_completed(futures), 1):
+                _take_synthesis(jobs[futures[future]][0], future.result())
+                if progress is not None:
+                    progress(done, len(units))
+        return
+    for done, ((band, placement), unit) in enumerate(zip(jobs, units), 1):
+        _take_synthesis(band, synthesize_unit(*unit))
+        if progress is not None:
+            progress(done, len(units))
 
 
 def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None,
-              seconds: float = SYNTH_SECONDS) -> ModelResult:
+              seconds: float = SYNTH_SECONDS, workers: int = 1, scheduler: Any = None,
+              progress: Callable[[int, int], None] | None = None) -> ModelResult:
     """Time the mix per iteration on `topology` (see the module docstring)."""
     placer = Placer(topology, rank_map)
     wanted, notes = demand(mix, placer)
@@ -350,20 +406,22 @@ def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None,
             continue
         timings.append(SizeTiming(name, placement, size, calls, weight, base_s, base_name, bound,
                                   baseline_sim=base_sim))
-    bands = _synthesize(timings, seconds)
+    bands = _synthesize(timings, seconds, workers, scheduler, progress)
     notes += [f"not modeled ({n:g} job calls per iteration): {why}" for why, n in sorted(unmodeled.items())]
     result = ModelResult(topology.name, timings, bands, notes)
     result.synthesis_seconds = sum((b.solver or {}).get("seconds", 0.0) for b in bands)
     return result
 
 
-def _synthesize(timings: list[SizeTiming], seconds: float) -> list[Band]:
+def _synthesize(timings: list[SizeTiming], seconds: float, workers: int = 1, scheduler: Any = None,
+                progress: Callable[[int, int], None] | None = None) -> list[Band]:
     """One schedule per covered band of every (collective, communicator size), synthesized
     on the placement carrying most of the band's weight, and timed on every placement."""
     groups: dict[tuple[str, int], list[SizeTiming]] = defaultdict(list)
     for t in timings:
         groups[(t.collective, len(t.placement.gpus))].append(t)
     bands: list[Band] = []
+    jobs: list[tuple[Band, Placement]] = []
     for (name, nranks), ts in sorted(groups.items()):
         per_size: dict[int, float] = defaultdict(float)
         for t in ts:
@@ -379,23 +437,25 @@ def _synthesize(timings: list[SizeTiming], seconds: float) -> list[Band]:
             for t in members:
                 by_place[t.placement.gpus] += t.weight
             home = max(members, key=lambda t: by_place[t.placement.gpus]).placement
-            synthesize_band(band, home, seconds)
-            if band.schedule is None:
-                continue
+            jobs.append((band, home))
+    _synthesize_all(jobs, seconds, workers, scheduler, progress)
+    for band, _home in jobs:
+        members = band.timings
+        if band.schedule is None:
+            continue
+        for t in members:
+            try:
+                sim = simulate(band.schedule, t.placement.topology, t.size)
+            except CollcError:
+                continue  # the schedule does not fit this placement's links: it keeps the baseline
+            t.collc_s, t.collc_sim = sim.time_s, sim
+        saving = sum((t.baseline_s - t.collc_s) * t.calls_per_iteration for t in members if t.collc_s is not None)
+        # The executor takes the band's file for every size in it, or NCCL for all of
+        # them: the band is used only when it saves time over all its sizes.
+        baseline = sum(t.baseline_s * t.calls_per_iteration for t in members if t.collc_s is not None)
+        if saving > MIN_GAIN * baseline:
+            band.saving_s = saving
             for t in members:
-                try:
-                    sim = simulate(band.schedule, t.placement.topology, t.size)
-                except CollcError:
-                    continue  # the schedule does not fit this placement's links: it keeps the baseline
-                t.collc_s, t.collc_sim = sim.time_s, sim
-            saving = sum((t.baseline_s - t.collc_s) * t.calls_per_iteration for t in members if t.collc_s is not None)
-            # The executor takes the band's file for every size in it, or NCCL for all of
-            # them: the band is used only when it saves time over all its sizes.
-            baseline = sum(t.baseline_s * t.calls_per_iteration for t in members if t.collc_s is not None)
-            if saving > MIN_GAIN * baseline:
-                band.saving_s = saving
-                for t in members:
-                    t.uses_collc = t.collc_s is not None
-            # else: NCCL does as well or better; the band keeps the baseline and gets no file
+                t.uses_collc = t.collc_s is not None
+        # else: NCCL does as well or better; the band keeps the baseline and gets no file
     return bands
-

@@ -75,10 +75,13 @@ def replay_commands(mix: Mix) -> list[ReplayCommand]:
     """The commands, heaviest (by the mix's weight) first."""
     groups: dict[tuple[str, int, str], dict[int, list]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
     for row in mix.rows:
-        if row.bytes is None or row.bytes <= 0 or not row.nranks:
+        if row.bytes is None or row.bytes <= 0 or row.collective not in BINARIES:
+            continue
+        if not row.nranks and row.collective not in ("send", "recv"):  # a transfer needs 2, whatever the comm
             continue
         collective = "send" if row.collective == "recv" else row.collective
-        acc = groups[(collective, row.nranks, row.dtype or "float32")][row.bytes]
+        nranks = 2 if collective == "send" else row.nranks
+        acc = groups[(collective, nranks, row.dtype or "float32")][row.bytes]
         acc[0] += row.job_calls
         acc[1] += mix.weight(row)
     out = []

@@ -66,6 +66,24 @@ def kernel_collective(name: str) -> str | None:
     return _KERNEL_COLLECTIVES.get(m.group(1)) if m else None
 
 
+# What a kernel's name alone says, where nothing else names its call: SendRecv kernels
+# run both ends of a group of point-to-point transfers (or an AlltoAll built of them),
+# so they stay "sendrecv"; an unknown stem (`Generic`, a new kernel) is kept, lower case.
+_KERNEL_NAME_ONLY = {**_KERNEL_COLLECTIVES, "SendRecv": "sendrecv", "AllToAll": "alltoall",
+                     "AlltoAll": "alltoall"}
+
+
+def kernel_name_collective(name: str) -> str:
+    """What an NCCL kernel's name says it runs, always something: `ncclKernel_SendRecv_*`
+    -> "sendrecv", `ncclDevKernel_AllGather_*` -> "allgather", `ncclDevKernel_Generic`
+    -> "generic". For kernels with no collective metadata and no launching op."""
+    m = _KERNEL_NAME.match(name)
+    if m is None:
+        return "nccl-kernel"
+    stem = m.group(1)
+    return _KERNEL_NAME_ONLY.get(stem, stem.lower())
+
+
 def nccl_tests_bytes(collective: str, in_bytes: int | None, out_bytes: int | None) -> int | None:
     """nccl-tests' size (reference section 4) from a call's input and output buffer sizes."""
     if collective in ("allgather", "gather"):

@@ -18,12 +18,13 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..diagnostics import CollcError, Span
 from .chrome import ChromeTrace
-from .collectives import collective_from_c10d, kernel_collective, nccl_tests_bytes
+from .collectives import collective_from_c10d, kernel_name_collective, nccl_tests_bytes
 from .detect import TraceSource
 from .records import CollectiveCall, SourceSummary, TraceContext
 
@@ -277,36 +278,40 @@ def _kernel_records(source, summary, context, kernels, nccl_ops, param_ops, laun
     param_ops.seal()
     unnamed = {k.correlation for k in kernels if k.meta is None and k.correlation is not None}
     launch_of = launches.index(unnamed) if unnamed else {}
-    by_op = 0
+    kinds: Counter = Counter()
     for k in kernels:
         meta, named_by = k.meta, "metadata"
         if meta is None:
             meta, named_by = _meta_from_launch(k, launch_of, nccl_ops, param_ops)
         if meta is None:
-            coll = kernel_collective(k.name)
-            if coll is None:
-                reason = ("NCCL kernel without metadata whose launch is not in the trace"
-                          if k.correlation not in launch_of else
-                          "NCCL kernel without metadata and no enclosing nccl:* op")
-                summary.skip(reason)
-                continue
-            meta = _Metadata(coll, None, None, None, None, None, None, None, None)
+            # Every NCCL kernel is a row of the table, or its calls and time would not add
+            # up to the trace's: the kernel's own name says what it ran, if not its size.
+            meta = _Metadata(kernel_name_collective(k.name), None, None, None, None, None, None, None, None)
             named_by = "kernel-name"
-        if named_by == "launch-op":
-            by_op += 1
+        kinds[named_by] += 1
         if meta.communicator is not None:
             context.communicator(meta.communicator, meta.nranks, meta.ranks, meta.pg_desc)
         summary.records += 1
+        algorithm, protocol = _kernel_algorithm(k.name)
         yield CollectiveCall(source=source.name, location=k.location, collective=meta.collective,
                              rank=rank, communicator=meta.communicator, nranks=meta.nranks,
                              dtype=meta.dtype, count=meta.count, bytes=meta.bytes, seq=meta.seq,
                              start_us=k.ts, duration_us=k.dur, group_ranks=meta.ranks,
-                             algorithm=_kernel_algorithm(k.name)[0],
-                             protocol=_kernel_algorithm(k.name)[1], named_by=named_by,
+                             algorithm=algorithm, protocol=protocol, named_by=named_by,
                              in_bytes=meta.in_bytes, out_bytes=meta.out_bytes)
-    if by_op:
-        context.notes.append(f"{source.name}: {by_op} of {len(kernels)} NCCL kernels carry no "
-                             "collective metadata and were named by the nccl:* op that launched them")
+    if kinds["launch-op"] or kinds["kernel-name"]:
+        context.notes.append(kernel_naming_note(source.name, len(kernels), kinds))
+
+
+def kernel_naming_note(name: str, kernels: int, kinds: Counter) -> str:
+    """How a trace's NCCL kernels were named: every one is in the table, by one of three."""
+    parts = [f"{kinds['metadata']} by their collective metadata"]
+    if kinds["launch-op"]:
+        parts.append(f"{kinds['launch-op']} by the nccl:* op that launched them (no metadata; marked *)")
+    if kinds["kernel-name"]:
+        parts.append(f"{kinds['kernel-name']} by their kernel name alone (no metadata, no launching op in "
+                     "the trace: size unknown; marked +)")
+    return f"{name}: {kernels} NCCL kernels, named " + ", ".join(parts)
 
 
 def _meta_from_launch(k: _Kernel, launch_of, nccl_ops: _CpuOps, param_ops: _CpuOps):

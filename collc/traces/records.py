@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 # Collective names as the standard library spells them (lower case).
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce",
                "gather", "scatter", "send", "recv")
+# Named only by an NCCL kernel's name (`collectives.kernel_name_collective`): a SendRecv
+# kernel's transfers, a Generic kernel's work; never synthesized, only reported.
+KERNEL_ONLY = ("sendrecv", "generic", "nccl-kernel")
 
 
 # Not frozen: readers create millions of these, and a frozen dataclass's __init__ costs
@@ -27,7 +30,7 @@ class CollectiveCall:
 
     source: str                      # the file it was read from
     location: str                    # "line 812" or "event 5031": where in that file
-    collective: str                  # one of COLLECTIVES
+    collective: str                  # one of COLLECTIVES (or KERNEL_ONLY)
     rank: int | None = None          # global rank of the recording process
     communicator: str | None = None  # communicator id or process-group name
     nranks: int | None = None        # communicator size
@@ -57,13 +60,18 @@ class SourceSummary:
     format: str
     records: int = 0
     skipped: Counter = field(default_factory=Counter)
+    # reason -> the first line numbers (or record numbers) skipped for it, where known
+    skipped_at: dict[str, list[int]] = field(default_factory=dict)
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] += n
 
     def to_json(self) -> dict:
-        return {"path": self.path, "format": self.format, "records": self.records,
-                "skipped": dict(sorted(self.skipped.items()))}
+        out = {"path": self.path, "format": self.format, "records": self.records,
+               "skipped": dict(sorted(self.skipped.items()))}
+        if self.skipped_at:
+            out["skipped_at"] = {k: list(v) for k, v in sorted(self.skipped_at.items())}
+        return out
 
 
 @dataclass

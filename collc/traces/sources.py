@@ -12,10 +12,12 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..diagnostics import CollcError, Span
 from .detect import TraceSource, detect, detect_bytes, read_head
+from .columns import to_columns
+from .parallel_files import FileResult, Progress, combine, local_workers, read_dask, read_local
 from .records import CollectiveCall, CommunicatorInfo, SourceSummary, TraceContext
 
 __all__ = ["CommunicatorInfo", "TraceSet", "read_traces", "read_file", "trace_files"]
@@ -120,14 +122,40 @@ def _read_archive(archive: TraceSource, context: TraceContext
     return calls, summaries
 
 
-def read_traces(paths: Sequence[str | os.PathLike]) -> TraceSet:
-    """Every call the files record, with what they say about ranks and communicators."""
+def read_file_columns(path: str) -> FileResult:
+    """One file read with a context of its own, its calls as columns: the work unit of a
+    parallel read, run in a worker process or on a Dask worker."""
     context = TraceContext()
-    calls: list[CollectiveCall] = []
-    sources: list[SourceSummary] = []
-    for path in trace_files(paths):
-        file_calls, summaries = read_file(path, context)
-        calls.extend(file_calls)
-        sources.extend(summaries)
+    try:
+        calls, summaries = read_file(path, context)
+    except CollcError as e:
+        return FileResult(path, None, [], context, (e.message, e.span, e.notes))
+    return FileResult(path, to_columns(calls), summaries, context)
+
+
+def read_traces(paths: Sequence[str | os.PathLike], workers: int | None = None, scheduler: Any = None,
+                progress: Progress | None = None) -> TraceSet:
+    """Every call the files record, with what they say about ranks and communicators.
+
+    Several files are read in parallel: by `workers` processes on this machine (default:
+    as many as this process may use CPUs; 1 reads them here, one after another), or by
+    the workers of the Dask cluster whose scheduler is `scheduler` (an address or a
+    `distributed.Client`). The result is the same either way (`parallel_files`)."""
+    context = TraceContext()
+    files = trace_files(paths)
+    workers = local_workers() if workers is None else workers
+    if scheduler is not None or (workers > 1 and len(files) > 1):
+        names = [str(f) for f in files]
+        results = (read_dask(names, scheduler, read_file_columns, progress) if scheduler is not None
+                   else read_local(names, workers, read_file_columns, progress))
+        calls, sources = combine(results, context)
+    else:
+        calls, sources = [], []
+        for done, path in enumerate(files, 1):
+            file_calls, summaries = read_file(path, context)
+            calls.extend(file_calls)
+            sources.extend(summaries)
+            if progress is not None:
+                progress(done, len(files))
     return TraceSet(calls=calls, sources=sources, world_size=context.world_size,
                     communicators=context.communicators, notes=context.notes)

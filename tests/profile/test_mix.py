@@ -68,7 +68,9 @@ def test_send_recv_pair_is_one_transfer_on_the_send_row():
     rows = {r.collective: r for r in mix.rows}
     assert rows["send"].calls == 2 and rows["send"].job_calls == 1
     assert rows["send"].time_us == 5.0 and rows["send"].straggler_us == 3.0
-    assert rows["recv"].calls == 1 and rows["recv"].nranks == 2
+    # n is the communicator's size (unknown here), not 2: the other end is `peers`.
+    assert rows["recv"].calls == 1 and rows["recv"].nranks is None
+    assert rows["recv"].to_json()["peers"] == [3] and rows["send"].to_json()["peers"] == [0, 1]
 
 
 def test_untimed_trace_is_weighted_by_bytes():
@@ -114,3 +116,57 @@ def test_world_size_and_members_from_group_ranks():
     comm = mix.communicators["tp1"]
     assert comm.ranks == (2, 3) and comm.role == "tensor-parallel"
     assert build_mix(calls).world_size == 4  # highest rank seen + 1
+
+
+# --- every NCCL kernel of a trace is in the table -----------------------------------------
+
+import gzip as _gzip
+import json as _json
+
+from collc.traces.sources import read_traces
+from trace_samples import TRACES
+
+
+def _kernels_of(path):
+    """The trace's NCCL kernels (count, total duration), read with `json`, not collc."""
+    with _gzip.open(path, "rt") as f:
+        events = _json.load(f)["traceEvents"]
+    durs = [e["dur"] for e in events if e.get("ph") == "X" and isinstance(e.get("name"), str)
+            and e["name"].startswith(("ncclKernel", "ncclDevKernel"))]
+    return len(durs), sum(durs)
+
+
+SAMPLE_FILES = sorted(p.name for p in TRACES.glob("*") if not p.name.startswith("MANIFEST")) if TRACES.exists() else []
+
+
+@pytest.mark.parametrize("name", SAMPLE_FILES)
+def test_table_calls_and_time_add_up_to_the_traces_records(name):
+    """Sum of the table's calls (and kernel time) = the trace's NCCL kernels, on every sample."""
+    path = TRACES / name
+    ts = read_traces([path])
+    if not ts.calls:
+        pytest.skip(f"{name}: no call records")
+    mix = build_mix(ts.calls, ts.world_size, ts.communicators, ts.notes)
+    calls = sum(r.calls for r in mix.rows)
+    assert calls == len(ts.calls) == sum(s.records for s in ts.sources)
+    if name.startswith("hta__"):            # Kineto: the kernels are the ground truth
+        kernels, kernel_us = _kernels_of(path)
+        assert calls == kernels
+        assert sum(r.time_us or 0.0 for r in mix.rows) == pytest.approx(kernel_us, rel=1e-9)
+        assert sum(s.skipped.total() for s in ts.sources) == 0
+
+
+def test_point_to_point_rows_have_the_communicators_size_and_their_peers():
+    # A Send/Recv on a communicator of 4 ranks (NCCL logs `[nranks=4]` on its COLL line).
+    calls = [call(0, "send", nbytes=64, nranks=4, peer=1), call(1, "recv", nbytes=64, nranks=4, peer=0),
+             call(0, "send", nbytes=64, nranks=4, peer=3)]
+    mix = build_mix(calls)
+    rows = {(r.collective, r.bytes): r for r in mix.rows}
+    send = rows[("send", 64)]
+    assert send.nranks == 4 and send.calls == 3 and send.job_calls == 2
+    assert send.to_json()["peers"] == [0, 1, 3]
+    # Without a size on the records, the communicator's (its INIT line's) is taken.
+    from collc.traces.records import CommunicatorInfo
+    bare = [call(0, "send", nbytes=64, nranks=None, peer=1)]
+    mix = build_mix(bare, 4, {"pg0": CommunicatorInfo("pg0", 4)})
+    assert mix.rows[0].nranks == 4 and mix.rows[0].to_json()["peers"] == [1]

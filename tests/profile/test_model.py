@@ -88,3 +88,46 @@ def test_a_send_of_a_rank_to_itself_is_left_out_with_a_note():
     wanted, notes = demand(mix, Placer(frontend.resolve_topology("dgx1"), None))
     assert all(len(set(ranks)) == len(ranks) for _, ranks, _ in wanted)
     assert any("Send/Recv of a rank with itself" in n for n in notes)
+
+
+def _two_band_mix():
+    from collc.profile.mix import build_mix
+    from collc.traces.records import CollectiveCall
+
+    calls = []
+    for it in range(2):      # two sizes far apart: two bands, two independent syntheses
+        for r in range(4):
+            for size in (64 << 20, 16 << 10):
+                calls.append(CollectiveCall("f", "l", "allreduce", rank=r, communicator="world", nranks=4,
+                                            bytes=size, duration_us=900.0, start_us=it * 10.0))
+    return build_mix(calls, world_size=4)
+
+
+def _bands(result):
+    return [(b.collective, b.sizes, b.schedule is not None, b.error,
+             None if b.schedule is None else len(b.schedule.ops)) for b in result.bands]
+
+
+def test_bands_synthesized_in_worker_processes_as_in_one():
+    """Size bands are independent: two worker processes give each the schedule one process
+    gives it (the solver finishes these well within its time limit)."""
+    from collc.profile.model import model_mix
+
+    topo = frontend.resolve_topology("dgx1")
+    one = model_mix(_two_band_mix(), topo, rank_map=[0, 1, 2, 3], seconds=5, workers=1)
+    two = model_mix(_two_band_mix(), topo, rank_map=[0, 1, 2, 3], seconds=5, workers=2)
+    assert sum(b.schedule is not None for b in one.bands) == 2
+    assert _bands(one) == _bands(two)
+    assert one.total("collc") == pytest.approx(two.total("collc"))
+
+
+def test_bands_synthesized_on_a_dask_cluster_as_here():
+    distributed = pytest.importorskip("distributed")
+    from collc.profile.model import model_mix
+
+    topo = frontend.resolve_topology("dgx1")
+    one = model_mix(_two_band_mix(), topo, rank_map=[0, 1, 2, 3], seconds=5, workers=1)
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+                                  silence_logs=50) as cluster, distributed.Client(cluster) as client:
+        dask = model_mix(_two_band_mix(), topo, rank_map=[0, 1, 2, 3], seconds=5, scheduler=client)
+    assert _bands(one) == _bands(dask)

@@ -175,3 +175,35 @@ def test_bad_topology_and_rank_map(capsys):
     assert code == 1 and "<--topology>:1:1: error: unknown topology 'nosuch'" in err
     code, _, err = run(capsys, sample(KINETO), "--topology", "dgx1", "--rank-map", "0,x")
     assert code == 2 and "--rank-map takes comma-separated GPU numbers" in err
+
+
+def test_log_without_coll_lines_says_what_to_set_and_what_it_knows(tmp_path, capsys):
+    """`NCCL_DEBUG=INFO` without the COLL subsystem: INIT and TUNING lines only (the real
+    2.27.7 log without its COLL lines). Exit 1, no output written, and the log's version,
+    communicator and TUNING output printed before the error and its remedy."""
+    real = sample(NCCL_LOG, LOGS).read_text()
+    log = tmp_path / "init-only.log"
+    log.write_text("".join(line for line in real.splitlines(keepends=True) if "opCount" not in line))
+    out = tmp_path / "mix.json"
+    code, text, err = run(capsys, log, "--json", out)
+    assert code == 1 and not out.exists()
+    assert "NCCL version: 2.27.7+cuda13.0" in text
+    assert "communicator 0x54fe282d32a87d85: 2 ranks (ranks 0,1 seen in this log), 1 node(s): mew0" in text
+    assert "AllReduce 8388608 B -> RING/SIMPLE" in text
+    assert "TUNING table" in text and "AllReduce |" in text
+    assert "no collective calls" in err and "NCCL_DEBUG_SUBSYS=INIT,COLL,TUNING" in err
+
+
+def test_kernels_named_by_their_name_are_marked(tmp_path, capsys):
+    code, text, _ = run(capsys, sample("hta__negative_queue_length_values_check__rank0.json.gz"),
+                        "--rows", "40", "--json", tmp_path / "m.json")
+    assert code == 0
+    assert "sendrecv+" in text and "+ named by the NCCL kernel's name alone" in text
+    rows = json.loads((tmp_path / "m.json").read_text())["collectives"]
+    assert sum(r["calls"] for r in rows) == 80
+    assert [r["named_by"] for r in rows if r["collective"] == "sendrecv"] == [{"kernel-name": 5}]
+
+
+def test_workers_must_be_positive(capsys):
+    code, _, err = run(capsys, sample(KINETO), "--workers", "0")
+    assert code == 2 and "--workers must be at least 1" in err

@@ -65,18 +65,23 @@ def test_control_all_to_all_named_by_launch_op():
     assert mix[("alltoall", "float32", 8 * 1024 * 8816 * 4)] == 6
     assert mix[("alltoall", "int32", 1024 * 4)] == 6
     assert _total_ms(ts) == 163.535
-    assert any("named by the nccl:* op" in n for n in ts.notes)
+    assert any("60 NCCL kernels, named 0 by their collective metadata, 60 by the nccl:* op" in n
+               for n in ts.notes)
 
 
-def test_negative_queue_kernels_outside_trace_are_counted():
+def test_negative_queue_kernels_outside_trace_are_named_by_their_kernel():
     ts = _read("hta__negative_queue_length_values_check__rank0.json.gz")
+    # 5 SendRecv kernels have no metadata and their launch is not in the trace: named by
+    # the kernel's name, they are still rows (every NCCL kernel is).
     assert Counter(c.collective for c in ts.calls) == {
-        "alltoall": 45, "allreduce": 10, "reducescatter": 10, "allgather": 10}
+        "alltoall": 45, "allreduce": 10, "reducescatter": 10, "allgather": 10, "sendrecv": 5}
+    assert Counter(c.named_by for c in ts.calls) == {"launch-op": 75, "kernel-name": 5}
     src = ts.sources[0]
-    assert src.records == 75
-    assert src.skipped == {"NCCL kernel without metadata whose launch is not in the trace": 5}
-    # 190.345 ms of NCCL kernel time in all, 165.389 ms on the 75 named kernels.
-    assert _total_ms(ts) == 165.389
+    assert src.records == 80
+    assert src.skipped == {}
+    # 190.345 ms of NCCL kernel time in all, 165.389 ms of it on the 75 kernels named by their op.
+    assert _total_ms(ts) == 190.345
+    assert any("80 NCCL kernels" in n and "5 by their kernel name alone" in n for n in ts.notes)
     mix = _mix(ts)
     assert mix[("allreduce", "float32", 447923396 * 4)] == 5
     # _reduce_scatter_base records its whole input: nccl-tests' size. [[65536, 384]] float.

@@ -45,7 +45,7 @@ from typing import BinaryIO, Iterator
 from ..detect import TraceSource
 from ..records import CollectiveCall, SourceSummary, TraceContext
 from . import sequential
-from .scan import ICOMM, LINE, Events, State, apply_init, apply_ops, replay, scan
+from .scan import BAD_LINES_KEPT, ICOMM, LINE, Events, State, apply_init, apply_ops, replay, scan
 
 PARALLEL_MIN_BYTES = 16 << 20   # below this, starting processes costs more than it saves
 PIECE_BYTES = 8 << 20           # small enough that the last piece's replay is short
@@ -121,7 +121,7 @@ def _regular_file_size(f: BinaryIO) -> int | None:
 
 # --- what each worker does ----------------------------------------------------------
 
-PieceResult = tuple   # (events, lines, skipped counts, first bad line, context ops)
+PieceResult = tuple   # (events, lines, skipped counts, (first bad line, bad lines, rejoined), context ops)
 
 
 def _scan_file_range(path: str, identity: tuple[int, int], start: int, end: int,
@@ -157,7 +157,8 @@ def _scan_bytes(data: bytes, name: str, comms: dict, process_rank: dict) -> Piec
     finally:
         if enabled:
             gc.enable()
-    return events.packed(), state.lines, dict(state.summary.skipped), state.first_bad, state.ops
+    return (events.packed(), state.lines, dict(state.summary.skipped),
+            (state.first_bad, state.bad_lines, state.rejoined), state.ops)
 
 
 # --- what this process does ---------------------------------------------------------
@@ -396,11 +397,14 @@ def _run(tasks: Iterator[tuple], state: State, pool: ProcessPoolExecutor,
 def _merge(result: PieceResult, line_base: int, state: State) -> tuple[list[CollectiveCall], int]:
     """The calls a piece's events complete, and the number of lines before the next
     piece; the piece's counts, first malformed line and context ops taken into `state`."""
-    events, lines, skipped, first_bad, ops = result
+    events, lines, skipped, (first_bad, bad_lines, rejoined), ops = result
     apply_ops(ops, state)
     state.summary.skipped.update(skipped)
     if first_bad is not None and state.first_bad is None:
         state.first_bad = line_base + first_bad
+    room = BAD_LINES_KEPT - len(state.bad_lines)
+    state.bad_lines.extend(line_base + n for n in bad_lines[:max(room, 0)])
+    state.rejoined += rejoined
     out: list[CollectiveCall] = []
     enabled = gc.isenabled()
     gc.disable()

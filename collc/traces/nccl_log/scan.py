@@ -48,15 +48,17 @@ _LINE_PATTERN = (
     rb"(?: acc \S++)? (?P<shape>count (?P<count>\d++) datatype (?P<dtype>\d++) op (?P<redop>\d++)"
     rb" root (?P<root>-?\d++) comm (?P<comm>\S++)(?: \[nranks=(?P<nranks>\d++)\])?)"
     rb"(?: stream (?P<stream>\S++))?(?: task (?P<task>\d++) globalrank (?P<grank>\d++))?"
-    rb"[^\n]*+"
     # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
     rb"|(?P<tuning>(?:(?P<top>[A-Za-z]++): )?(?P<tbytes>\d++) Bytes -> Algo (?P<algo>\w++) proto (?P<proto>\w++))"
-    rb"[^\n]*+"
     # INIT: ... comm 0x.. rank R nranks N ... [busId B] ... [commId 0x..]
     rb"|(?:\w++ )?comm (?P<icomm>0x[0-9a-fA-F]++) rank (?P<irank>\d++) n[Rr]anks (?P<inranks>\d++)"
     rb"(?P<initrest>[^\n]*+)"
     # A line that starts like a COLL line but matched none of the above.
-    rb"|(?P<bad>[A-Za-z]++: opCount)[^\n]*+"
+    # No alternative but INIT's takes the rest of its line: when several processes write
+    # one terminal, a newline gets lost and two records share a line, or a broken record
+    # is followed by an intact one ("... recvmew0:7:7 [1] NCCL INFO AllReduce: ..."); the
+    # search then goes on from where the record ended and finds the next one.
+    rb"|(?P<bad>[A-Za-z]++: opCount)"
     rb")")
 if sys.version_info < (3, 11):
     _LINE_PATTERN = _LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
@@ -98,6 +100,8 @@ class State:
         self.process_rank: dict[bytes, tuple[int, int]] = dict(process_rank or {})
         self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = {}
         self.first_bad: int | None = None
+        self.bad_lines: list[int] = []            # the first BAD_LINES_KEPT of them
+        self.rejoined = 0                         # records read across a lost line break
         self.shapes: dict[tuple, int] = {}        # see scan: a key -> its index in shape_list, or -1
         self.shape_list: list[tuple] = []         # see _coll_shape
         self.threads: dict[bytes, int] = {}       # line prefix -> its index in thread_list
@@ -166,8 +170,14 @@ def finish(state: State) -> list[CollectiveCall]:
         if summary.records == 0:
             raise CollcError("no COLL line of this NCCL log is in a known format",
                              Span(name, state.first_bad, 1))
-        context.notes.append(f"{name}: {bad} COLL lines in no known format were skipped "
-                             f"(first at line {state.first_bad})")
+        summary.skipped_at["COLL line in no known format"] = list(state.bad_lines)
+        shown = ", ".join(map(str, state.bad_lines))
+        more = ", ..." if bad > len(state.bad_lines) else ""
+        context.notes.append(f"{name}: {bad} COLL record(s) whose text is not intact were skipped "
+                             f"(lines {shown}{more}); every intact record on those lines was read")
+    if state.rejoined:
+        context.notes.append(f"{name}: {state.rejoined} record(s) cut by a line break (output of several "
+                             "processes merged) were read across it")
     if state.process_local_comms:
         context.notes.append(f"{name}: no INIT line gives a job-wide commId for "
                              f"{state.process_local_comms} communicators; they are named by "
@@ -295,12 +305,55 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
         else:
             line += count(b"\n", pos, line_start)
             pos = line_start
+            joined = _continued(data, start, end)
+            if joined is not None:
+                # A record broken by a lost prefix: its text goes on at the start of the
+                # next line (another process's output cut it). Read as one line.
+                if b"-" in pre:
+                    ts, pre = _timestamp(pre)
+                    if stamps is None:
+                        stamps = [None] * len(ids)
+                else:
+                    ts = None
+                sid = _coll_shape(joined.groups(), pre, state)
+                if sid >= 0:
+                    opcount = joined.group(_OPCOUNT + 1)
+                    add_id(sid)
+                    add_line(line)
+                    add_seq(int(opcount, 16))
+                    if stamps is not None:
+                        stamps.append(ts)
+                    state.rejoined += 1
+                    continue
             summary.skip("COLL line in no known format")
             if state.first_bad is None:
                 state.first_bad = line
+            if len(state.bad_lines) < BAD_LINES_KEPT:
+                state.bad_lines.append(line)
     state.lines = line - 1 + count(b"\n", pos, end)
     events.stamps = stamps
     return events
+
+
+# How many line numbers of unreadable COLL lines are kept for the note (the count is exact).
+BAD_LINES_KEPT = 20
+
+
+def _continued(data: bytes, start: int, end: int) -> re.Match | None:
+    """The COLL record that starts at `start` and is cut by a newline, read with its next
+    line appended (that line having no `NCCL INFO` prefix of its own); None if that does
+    not make a whole record, or the next line is not in this piece."""
+    eol = data.find(b"\n", start, end)
+    if eol < 0:
+        return None
+    nxt = data.find(b"\n", eol + 1, end)
+    if nxt < 0:
+        return None
+    follow = data[eol + 1:nxt]
+    if b"NCCL INFO" in follow:
+        return None
+    m = LINE.match(data[start:eol] + b" " + follow.lstrip())
+    return m if m is not None and m.group(_OP + 1) is not None else None
 
 
 def replay(events: Events, line_base: int, state: State, out: list[CollectiveCall]) -> None:

@@ -110,8 +110,11 @@ def test_real_log_same_records_in_small_pieces_and_gzip(tmp_path, monkeypatch):
 
 # sha256 (first 16 hex digits) of `records` as the reader gave them before its scan was
 # made faster (collc at 880fb4c): the faster scan must give exactly the same records.
+# The mixed log's was retaken when the note on unreadable COLL lines began to list their
+# line numbers: its records, summaries, world size and communicators were compared equal
+# to 880fb4c's first, only the note's text differs.
 REAL_DIGEST = "5200dc669c32aca3"
-MIXED_DIGEST = "9776d133581b4f35"
+MIXED_DIGEST = "00bcf94f26f7d823"
 UNTUNED_DIGEST = "eb7a9355b083afda"
 
 

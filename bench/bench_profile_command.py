@@ -1,0 +1,149 @@
+"""The whole `collc profile` command, as a user types it: `collc profile FILE --json OUT`.
+
+Inputs, made here (`bench/make_hsdp_log.py`: one rank of a 64-rank HSDP-like job, from
+the real 2.27.7 sample):
+  - one log of 301,422 records (57 MB): the issue's log;
+  - logs of 30k, 300k and 3M records: is the command linear (10x records, <= 11x time)?
+  - a directory of N per-rank logs of 301,422 records each (`--ranks`, 64 in the issue);
+  - the 1 GiB Kineto trace of `bench_profile_read.py` (`--kineto-copies`, 20 copies of
+    the HTA sample): the whole command against the reader's own time (`read_traces` in
+    a fresh process).
+Each run is a fresh process; wall time, CPU time of the process and its workers
+(`RUSAGE_CHILDREN`), the load average before the run, and MB/s and records/s of wall
+time. `--baseline REV` runs the same commands with collc at git revision REV as well,
+interleaved, so that both see the same load.
+
+    python3 bench/bench_profile_command.py [--runs 3] [--ranks 64] [--kineto-copies 20]
+        [--baseline REV] [--out bench/results/profile_command.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from make_hsdp_log import make_log  # noqa: E402  (a script beside this one)
+
+COMMAND = "import sys; from collc.cli import run; sys.argv = ['collc', *sys.argv[1:]]; run()"
+READER = "import sys; from collc.traces.sources import read_traces; read_traces(sys.argv[1:])"
+
+
+def export_revision(rev: str, tmp: Path) -> Path:
+    """collc at `rev` (with the folders pyproject maps into it), importable from the result."""
+    out = tmp / "baseline"
+    out.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    for mapped in ("grammar", "backends", "stdlib"):
+        if (out / mapped).is_dir() and not (out / "collc" / mapped).exists():
+            (out / "collc" / mapped).symlink_to(out / mapped)
+    return out
+
+
+def timed(code: str, args: list[str], source: Path | None) -> dict:
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, *args], check=True, env=env, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load": round(load, 2)}
+
+
+def best(runs: list[dict]) -> dict:
+    return min(runs, key=lambda r: r["wall_s"])
+
+
+def measure(label: str, path: Path, mbytes: float, records: int, runs: int, versions: dict, tmp: Path) -> dict:
+    out = {"input": label, "mbytes": round(mbytes, 1), "records": records}
+    for key, source in versions.items():
+        out[key] = []
+    for _ in range(runs):
+        for key, source in versions.items():   # interleaved: both see the same load
+            out[key].append(timed(COMMAND, ["profile", str(path), "--json", str(tmp / "out.json")], source))
+    for key in versions:
+        b = best(out[key])
+        out[f"{key}_best"] = {**b, "MB_per_s": round(mbytes / b["wall_s"], 1),
+                              "records_per_s": round(records / b["wall_s"]),
+                              "MB_per_cpu_s": round(mbytes / b["cpu_s"], 1)}
+    print(json.dumps({k: v for k, v in out.items() if not isinstance(v, list)}), flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=64, help="per-rank logs in the directory (0: none)")
+    ap.add_argument("--kineto-copies", type=int, default=20, help="copies of the HTA sample (0: no Kineto row)")
+    ap.add_argument("--sizes", default="30000,301422,3000000", help="records of the linearity logs")
+    ap.add_argument("--baseline", metavar="REV")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profile_command.json")
+    args = ap.parse_args()
+    results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                 "affinity": len(os.sched_getaffinity(0))}, "rows": []}
+    with tempfile.TemporaryDirectory(prefix="collc-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        versions: dict[str, Path | None] = {"this": None}
+        if args.baseline:
+            versions[f"baseline_{args.baseline}"] = export_revision(args.baseline, tmp)
+        for records in (int(s) for s in args.sizes.split(",")):
+            path = tmp / f"hsdp-{records}.log"
+            path.write_text(make_log(0, records))
+            results["rows"].append(measure(f"one log, {records:,} records", path, path.stat().st_size / 1e6,
+                                           records, args.runs, versions, tmp))
+            path.unlink()
+        if args.ranks:
+            folder = tmp / "ranks"
+            folder.mkdir()
+            for r in range(args.ranks):
+                (folder / f"rank{r:04d}.log").write_text(make_log(r, 301_422))
+            size = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
+            results["rows"].append(measure(f"{args.ranks} per-rank logs, 301,422 records each", folder, size,
+                                           301_422 * args.ranks, 1, versions, tmp))
+            for p in folder.iterdir():
+                p.unlink()
+        if args.kineto_copies:
+            from bench_profile_read import build_kineto
+            trace = tmp / "big.json"
+            build_kineto(args.kineto_copies, trace)
+            size = trace.stat().st_size / 1e6
+            reader = [timed(READER, [str(trace)], None) for _ in range(args.runs)]
+            row = measure(f"Kineto trace, {args.kineto_copies} copies of the HTA sample", trace, size,
+                          2020 * args.kineto_copies, args.runs, {"this": None}, tmp)
+            row["reader_best"] = best(reader)
+            row["reader"] = reader
+            row["command_over_reader"] = round(row["this_best"]["wall_s"] / row["reader_best"]["wall_s"], 2)
+            row["command_over_reader_cpu"] = round(row["this_best"]["cpu_s"] / row["reader_best"]["cpu_s"], 2)
+            print(json.dumps({"kineto command/reader": row["command_over_reader"],
+                              "cpu": row["command_over_reader_cpu"]}), flush=True)
+            results["rows"].append(row)
+    lin = [r for r in results["rows"] if r["input"].startswith("one log")]
+    if len(lin) >= 2:
+        results["linearity"] = [{"records": (a["records"], b["records"]),
+                                 "time_ratio": round(b["this_best"]["wall_s"] / a["this_best"]["wall_s"], 2),
+                                 "cpu_ratio": round(b["this_best"]["cpu_s"] / a["this_best"]["cpu_s"], 2),
+                                 "records_ratio": round(b["records"] / a["records"], 2)}
+                                for a, b in zip(lin, lin[1:])]
+        print(json.dumps(results["linearity"]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Call records as columns: an exact round trip, on every reader's records."""
+
+import pickle
+
+from collc.traces.columns import from_columns, to_columns
+from collc.traces.records import CollectiveCall
+from collc.traces.sources import read_traces
+from trace_samples import TRACES, sample
+
+
+def test_round_trip_of_every_sample_record():
+    ts = read_traces([sample("", TRACES)], workers=1)
+    assert len(ts.calls) > 2000
+    back = from_columns(pickle.loads(pickle.dumps(to_columns(ts.calls))))
+    assert back == ts.calls
+    assert [type(c.start_us) for c in back] == [type(c.start_us) for c in ts.calls]
+
+
+def test_round_trip_of_odd_values():
+    # a 64-bit opCount, no rank, members; a number with a leading zero; no number at all
+    calls = [CollectiveCall("a", "line 7", "send", rank=None, peer=3, seq=2**64 - 1, group_ranks=(0, 4)),
+             CollectiveCall("b.json", "byte offset 0012", "allreduce", rank=0, duration_us=1.5, start_us=0.0),
+             CollectiveCall("b.json", "somewhere", "generic", named_by="kernel-name")]
+    assert from_columns(to_columns(calls)) == calls
+    assert from_columns(to_columns([])) == []
