@@ -182,7 +182,7 @@ def _make_parents(directory: Path, tx: _Transaction | None) -> None:
         tx.made_dirs.extend(reversed(missing))
 
 
-def _write_temp(path: Path, data: str | bytes | Iterable[str], mode: int | None) -> Path:
+def _write_temp(path: Path, data: str | bytes | Iterable[str | bytes], mode: int | None) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=path.parent)
     except OSError as exc:
@@ -196,9 +196,9 @@ def _write_temp(path: Path, data: str | bytes | Iterable[str], mode: int | None)
         with os.fdopen(fd, "wb") as f:
             if isinstance(data, (str, bytes)):
                 f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            else:  # pieces of text, written as they come (a large file need not be held whole)
+            else:  # pieces, written as they come (a large file need not be held whole)
                 for piece in data:
-                    f.write(piece.encode("utf-8"))
+                    f.write(piece if isinstance(piece, bytes) else piece.encode("utf-8"))
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -208,8 +208,8 @@ def _write_temp(path: Path, data: str | bytes | Iterable[str], mode: int | None)
     return Path(tmp)
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[str], mode: int | None = None) -> Path:
-    """Write `data` (text, bytes, or pieces of text) to a temporary file beside `path`,
+def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[str | bytes], mode: int | None = None) -> Path:
+    """Write `data` (text, bytes, or pieces of text or bytes) to a temporary file beside `path`,
     then rename it into place (at the end of the enclosing `all_or_nothing()` block, if
     there is one). `mode`: the file's permission bits (default: what `open()` would give
     under the umask)."""

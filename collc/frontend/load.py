@@ -20,6 +20,7 @@ from collc.frontend import ast
 from collc.frontend.check import check_module, check_pipelines
 from collc.frontend.evaluate import Evaluator, Scope, suggest
 from collc.frontend.module import Entry, Module, stdlib_modules, stdlib_name_of
+from collc.frontend.parse_cache import parse_cached
 from collc.frontend.parser import parse
 from collc.frontend.rings import find_ring
 
@@ -117,8 +118,11 @@ class Session:
 
     def _build(self, path: Path, text: str, shown_as: str) -> Module:
         # Messages name the file as the user (or the importing file) named it.
-        syntax = parse(text, shown_as)
-        module = self.new_module(path, text, syntax, stdlib_name_of(path))
+        stdlib_name = stdlib_name_of(path)
+        # The standard library's trees come from the user's cache (parse_cache): they
+        # are parsed on every run otherwise. A user's own files are parsed afresh.
+        syntax = parse_cached(text, shown_as) if stdlib_name is not None else parse(text, shown_as)
+        module = self.new_module(path, text, syntax, stdlib_name)
         module.files[str(path)] = _mtime(str(path))
         module.prelude = self._prelude_for(module)
         for imp in syntax.imports:

@@ -216,7 +216,7 @@ def cmd_bubbles(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: Any) -> None:
-    from collc.harvest.manager import manager_argument_parser
+    from collc.harvest.manager_args import manager_argument_parser
 
     p = subparsers.add_parser("harvest", help="run side tasks in a pipeline's bubbles",
                               description="Run side tasks inside a pipeline-parallel "

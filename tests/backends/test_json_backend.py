@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from collc import frontend
+from collc import frontend, jsontext
 from collc.backends import BackendOptions, get_backend, json_backend
 from collc.driver import CompileJob, schedule_for_backend
 from collc.ir.collective import standard
@@ -20,9 +20,9 @@ def unit():
     return unit
 
 
-@pytest.mark.parametrize("pieces", [1, 7, 1 << 16])
-def test_the_file_is_json_dumps_byte_for_byte(unit, tmp_path, monkeypatch, pieces):
-    monkeypatch.setattr(json_backend, "PIECES_PER_WRITE", pieces)
+@pytest.mark.parametrize("per_piece", [1, 7, 1 << 13])
+def test_the_file_is_json_dumps_byte_for_byte(unit, tmp_path, monkeypatch, per_piece):
+    monkeypatch.setattr(jsontext, "ITEMS_PER_PIECE", per_piece)
     out = tmp_path / "s.json"
     json_backend.emit(unit, out, BackendOptions())
     assert out.read_text() == json.dumps(json_backend.document(unit), indent=1) + "\n"
@@ -30,8 +30,7 @@ def test_the_file_is_json_dumps_byte_for_byte(unit, tmp_path, monkeypatch, piece
 
 def test_a_large_document_is_written_in_several_pieces(unit, monkeypatch):
     doc = json_backend.document(unit)
-    # Thousands of tokens: one write at the default batch, many at a batch of 10.
-    assert len(list(json_backend._encoded(doc))) == 1
-    monkeypatch.setattr(json_backend, "PIECES_PER_WRITE", 10)
-    pieces = list(json_backend._encoded(doc))
-    assert len(pieces) > 10 and "".join(pieces) == json.dumps(doc, indent=1) + "\n"
+    monkeypatch.setattr(jsontext, "LONG_LIST", 4)
+    monkeypatch.setattr(jsontext, "ITEMS_PER_PIECE", 10)
+    pieces = list(json_backend.encoded(doc))
+    assert len(pieces) > 10 and b"".join(pieces).decode() == json.dumps(doc, indent=1) + "\n"

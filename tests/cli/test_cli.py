@@ -187,3 +187,28 @@ def test_allreduce_over_nodes_to_msccl_xml_and_its_errors(tmp_path):
     r = collc("compile", "--topology", "dgx1", "--collective", "allreduce", "--size", "1GiB",
               "--pipeline", "synthesize{nodes=maybe}", "-o", "dgx1.json", cwd=tmp_path)
     assert r.returncode == 1 and "nodes must be one of auto, on, off" in r.stderr
+
+
+# Modules `collc --help` must not load: each costs start-up time every command pays.
+NOT_FOR_HELP = ("multiprocessing", "socket", "collc.harvest.manager", "collc.harvest.client", "highspy",
+                "networkx", "matplotlib", "collc.driver", "collc.frontend")
+
+
+def test_help_loads_neither_the_solver_nor_the_harvest_manager():
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom collc.cli import build_parser\nbuild_parser()\n"
+             f"print(sorted(m for m in {NOT_FOR_HELP!r} if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_harvest_packages_names_are_there_on_first_use():
+    import collc.harvest as harvest
+    from collc.harvest.client import HarvestClient
+    from collc.harvest.tasks import TaskSpec
+
+    assert harvest.HarvestClient is HarvestClient and harvest.TaskSpec is TaskSpec
+    assert set(harvest.__all__) <= set(dir(harvest))
