@@ -14,18 +14,25 @@ from dataclasses import dataclass
 from collc.synthesis.progress import Progress
 
 # Seconds of one dual simplex solve of a time-expanded LP with `nnz` nonzeros:
-# SIMPLEX_SECONDS[0] * (nnz / 1e5) ** SIMPLEX_SECONDS[1]. Fitted to HiGHS's CPU time
-# (one thread, time.process_time, so the machine's load does not enter) on method lp's
-# models of ndv2(chassis=2) AllGather 64 MiB at 4, 8 and 16 chunks per rank: 127,000
-# nonzeros in 0.50 s, 261,000 in 1.36 s, 510,000 in 4.0 s (docs/synthesis-search.md).
-SIMPLEX_SECONDS = (0.35, 1.5)
+# a * (nnz / 1e5) ** b, per formulation. Fitted to HiGHS's CPU time (one thread,
+# time.process_time, so the machine's load does not enter; a busy machine's wall time
+# is several times more) on method lp's models:
+# - "copies" (TE-CCL's model with copies, like chunks pooled): ndv2(chassis=2)
+#   AllGather 64 MiB at 4, 8 and 16 chunks per rank, 127,000 nonzeros in 0.50 s,
+#   261,000 in 1.36 s, 510,000 in 4.0 s;
+# - "fluid" (unicast groups with store and forward, AllToAll): dgx1 AllToAll 64 MiB at
+#   1 and 2 chunks, 13,400 nonzeros in 0.09 s, 41,200 in 0.49 s, and ndv2(chassis=2)
+#   AllToAll 64 MiB at 1 chunk on 32 coarse epochs, 353,000 nonzeros unsolved after
+#   27.6 s (stopped): a steeper power (the law gives 0.06, 0.49 and 29 s).
+SIMPLEX_SECONDS = {"copies": (0.35, 1.5), "fluid": (2.65, 1.9)}
 # A MILP over the same grid does at least one LP solve and usually many more: its
 # likely time is this many LP solves (TE-CCL's AllToAll LPs with Gurobi took 70-2,084 s).
 MILP_LP_SOLVES = 10.0
 # Say so on stderr above this many likely seconds.
 WARN_SECONDS = 3.0
 # Nonzeros per variable of the time-expanded models (flow rows, holding rows,
-# capacity rows over their windows): 3.47-3.49 on the same models.
+# capacity rows over their windows): 3.47-3.49 on the models with copies, 2.7-3.0 on
+# the fluid ones.
 NONZEROS_PER_VARIABLE = 3.5
 
 
@@ -41,11 +48,13 @@ class ModelSize:
     rows: int
     nonzeros: int
     solves: int = 1  # rounds: one model per round
+    formulation: str = "copies"  # a key of SIMPLEX_SECONDS
 
     @property
     def seconds(self) -> float:
         """Likely seconds on this machine, idle (a shared machine takes longer)."""
-        one = SIMPLEX_SECONDS[0] * (max(1, self.nonzeros) / 1e5) ** SIMPLEX_SECONDS[1]
+        a, b = SIMPLEX_SECONDS[self.formulation]
+        one = a * (max(1, self.nonzeros) / 1e5) ** b
         if self.method == "milp":
             one *= MILP_LP_SOLVES
         return one * self.solves
@@ -56,12 +65,13 @@ class ModelSize:
                 f"({self.variables:,} variables, {self.rows:,} rows)")
 
 
-def bounded(method: str, epochs: int, routes: int, chunks: int, ranks: int, solves: int = 1) -> ModelSize:
+def bounded(method: str, epochs: int, routes: int, chunks: int, ranks: int, solves: int = 1,
+            formulation: str = "copies") -> ModelSize:
     """An upper bound on a model not built yet: a flow per chunk, route and epoch and a
     holding per chunk, rank and epoch; a row per holding and per flow."""
     variables = chunks * epochs * (routes + ranks)
     return ModelSize(method, epochs, routes, chunks, variables, variables,
-                     int(variables * NONZEROS_PER_VARIABLE), solves)
+                     int(variables * NONZEROS_PER_VARIABLE), solves, formulation)
 
 
 FASTER = {

@@ -34,6 +34,13 @@ from collc.synthesis.timexp import (EpochGrid, FlowModel, Guide, State, build_fl
 # The fine grid (make_grid) while a bound on its model's variables stays below this;
 # the coarse grid (one epoch per slowest chunk) above it.
 FINE_GRID_VARIABLES = 60_000
+# The coarse grid's epochs are at least the lower bound over this many: a collective
+# whose slow links carry hundreds of chunks (AllToAll over InfiniBand) gets longer
+# epochs, each carrying several of them.
+COARSE_EPOCHS = 32
+# On the coarse grid a unicast group's flow may take routes whose path is at most this
+# many epochs longer than its shortest: detours further out only fill the model.
+COARSE_SLACK = 1
 
 
 def _groups(problem: Problem, grid: EpochGrid) -> dict[tuple[int, int], list[int]]:
@@ -48,7 +55,8 @@ def _groups(problem: Problem, grid: EpochGrid) -> dict[tuple[int, int], list[int
 
 
 class _FluidModel:
-    def __init__(self, problem: Problem, grid: EpochGrid, groups: dict[tuple[int, int], list[int]], horizon: int):
+    def __init__(self, problem: Problem, grid: EpochGrid, groups: dict[tuple[int, int], list[int]], horizon: int,
+                 slack: int | None = None):
         net = problem.network
         dist = grid.dist
         m = Model()
@@ -66,6 +74,8 @@ class _FluidModel:
                 if r.dst == h or r.src == d:
                     continue
                 lag = grid.lag[r.index]
+                if slack is not None and dist[h, r.src] + lag + dist[r.dst, d] > dist[h, d] + slack:
+                    continue
                 lo = int(dist[h, r.src])
                 hi = horizon - lag - int(dist[r.dst, d])
                 for k in range(lo, hi + 1):
@@ -150,7 +160,10 @@ def _paths(problem: Problem, grid: EpochGrid, fm: _FluidModel, values: np.ndarra
 def solve_lp(problem: Problem, options: SolverOptions, deadline: Deadline, progress: Progress,
              grid: EpochGrid | None = None, timing: TimingModel = DEFAULT_MODEL) -> Plan:
     bound_s = lower_bounds(problem.network.topology, problem.collective, problem.size_bytes).best_s
-    grid = grid or lp_grid(problem, bound_s)
+    slack = None
+    if grid is None:
+        grid, coarse = lp_grid(problem, bound_s)
+        slack = COARSE_SLACK if coarse else None
     upper_state = State.initial(problem)
     greedy(problem, grid, upper_state)
     upper = max(1, upper_state.finish_epoch())
@@ -159,22 +172,26 @@ def solve_lp(problem: Problem, options: SolverOptions, deadline: Deadline, progr
     lower = max(epoch_lower_bound(problem, grid), math.ceil(bound_s / grid.tau - 1e-9))
     horizon = min(lower, upper)
     if problem.unicast:
-        return _unicast(problem, grid, options, deadline, progress, horizon, upper)
+        return _unicast(problem, grid, options, deadline, progress, horizon, upper, slack)
     return _with_copies(problem, grid, options, deadline, progress, horizon, upper, timing)
 
 
-def lp_grid(problem: Problem, bound_s: float) -> EpochGrid:
+def lp_grid(problem: Problem, bound_s: float) -> tuple[EpochGrid, bool]:
     """The fine grid (make_grid) while its model stays small, else the coarse one
-    (epochs of the slowest route's chunk), whose model has fewer epochs."""
+    (epochs of the slowest route's chunk, or of the bound over COARSE_EPOCHS), whose
+    model has fewer epochs; and whether it is the coarse one."""
     fine = make_grid(problem)
     epochs = max(epoch_lower_bound(problem, fine), math.ceil(bound_s / fine.tau - 1e-9))
     size = bounded("lp", epochs, len(problem.network.routes), len(_like_chunks(problem)[1]), problem.ranks)
-    return fine if size.variables <= FINE_GRID_VARIABLES else coarse_grid(problem)
+    if size.variables <= FINE_GRID_VARIABLES:
+        return fine, False
+    return coarse_grid(problem, bound_s / COARSE_EPOCHS), True
 
 
 def _unicast(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline: Deadline,
-             progress: Progress, horizon: int, upper: int) -> Plan:
+             progress: Progress, horizon: int, upper: int, slack: int | None) -> Plan:
     groups = _groups(problem, grid)
+    routes = _routes_per_group(problem, grid, groups, slack)
     state = State.initial(problem)
     step = 1
     fm, res = None, None
@@ -182,8 +199,8 @@ def _unicast(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline
     while True:
         progress.stage(f"lp: trying {horizon} epochs")
         # Said before the model is built: building a large one takes a while too.
-        announce(progress, bounded("lp", horizon, len(problem.network.routes), len(groups), problem.ranks))
-        fm = _FluidModel(problem, grid, groups, horizon)
+        announce(progress, bounded("lp", horizon, routes, len(groups), problem.ranks, formulation="fluid"))
+        fm = _FluidModel(problem, grid, groups, horizon, slack)
         if fm.feasible:
             progress.note(variables=f"{fm.model.num_cols:,}", rows=f"{fm.model.num_rows:,}")
             res = solve(fm.model, maximize=True, time_limit=max(0.05, deadline.remaining()), options=options,
@@ -219,6 +236,19 @@ def _unicast(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline
     stats = SolveStats(fm.model.num_cols if fm else 0, fm.model.num_rows if fm else 0, deadline.elapsed())
     return Plan(problem, tuple(transfers), "lp", status, max(horizon, state.finish_epoch()), stats,
                 {"epoch_seconds": grid.tau})
+
+
+def _routes_per_group(problem: Problem, grid: EpochGrid, groups: dict[tuple[int, int], list[int]],
+                      slack: int | None) -> int:
+    """Routes a group's flow may take, on average (rounded up): all of them, or within
+    `slack` epochs of its shortest path."""
+    routes = problem.network.routes
+    if slack is None or not groups:
+        return len(routes)
+    dist = grid.dist
+    usable = sum(1 for h, d in groups for r in routes
+                 if dist[h, r.src] + grid.lag[r.index] + dist[r.dst, d] <= dist[h, d] + slack)
+    return -(-usable // len(groups))
 
 
 def _like_chunks(problem: Problem) -> tuple[list[int], list[int]]:

@@ -61,13 +61,14 @@ def make_grid(problem: Problem, split: int | None = None) -> EpochGrid:
     return grid_of(problem, fastest / split)
 
 
-def coarse_grid(problem: Problem) -> EpochGrid:
-    """Epochs as long as the slowest route's chunk: every route takes one epoch, and a
-    fast link carries several chunks in one (its capacity row allows 1 / hold of them).
-    A topology whose slow links (InfiniBand beside NVLink) take several fast epochs per
-    chunk then needs as many epochs as the slow links' chunks, not several times more."""
+def coarse_grid(problem: Problem, at_least: float = 0.0) -> EpochGrid:
+    """Epochs as long as the slowest route's chunk (or `at_least` seconds, if longer):
+    every route takes one epoch, and a link carries several chunks in one (its capacity
+    row allows 1 / hold of them). A topology whose slow links (InfiniBand beside NVLink)
+    take several fast epochs per chunk then needs as many epochs as the slow links'
+    chunks, not several times more; `at_least` caps the count where those are many."""
     seconds = [r.seconds(problem.slot_bytes) for r in problem.network.routes]
-    return grid_of(problem, max(seconds))
+    return grid_of(problem, max(max(seconds), at_least))
 
 
 def grid_of(problem: Problem, tau: float) -> EpochGrid:

@@ -4,10 +4,14 @@ import io
 
 import pytest
 
+from collc.analysis.bounds import lower_bounds
 from collc.frontend import resolve_topology
 from collc.ir.collective import standard
+from collc.synthesis.candidates import problem_for
 from collc.synthesis.core import synthesize
 from collc.synthesis.estimate import WARN_SECONDS, ModelSize, announce, bounded
+from collc.synthesis.lp import COARSE_EPOCHS, lp_grid
+from collc.synthesis.network import Network
 from collc.synthesis.options import Method, SynthesisOptions
 from collc.synthesis.progress import Progress
 
@@ -22,6 +26,7 @@ def test_likely_time_grows_faster_than_the_model_and_a_milp_costs_more_than_its_
     small, large = bounded("lp", 10, 66, 16, 16), bounded("lp", 100, 66, 16, 16)
     assert large.seconds > 10 * small.seconds
     assert bounded("milp", 10, 66, 16, 16).seconds > small.seconds
+    assert bounded("lp", 10, 66, 16, 16, formulation="fluid").seconds > small.seconds
     assert bounded("rounds", 10, 66, 16, 16, solves=5).seconds == pytest.approx(5 * small.seconds)
 
 
@@ -67,3 +72,12 @@ def test_lp_on_two_ndv2_chassis_uses_long_epochs_and_lands_near_the_bound():
     assert res.facts["epoch_seconds"] == pytest.approx(85.186e-6, rel=1e-3)
     assert res.facts["relaxation_epochs"] == 32  # the bound, 2,684 us, in 85 us epochs
     assert res.estimate_s <= 2684.35456e-6 * 1.10
+
+
+def test_lp_epochs_are_at_least_the_bound_over_32_where_slow_links_carry_hundreds_of_chunks():
+    topo = resolve_topology("ndv2(chassis=2)")
+    problem = problem_for(Network(topo), standard("alltoall", 16), 64 << 20, 4)
+    bound = lower_bounds(topo, problem.collective, 64 << 20).best_s
+    grid, coarse = lp_grid(problem, bound)
+    assert coarse and grid.tau == pytest.approx(bound / COARSE_EPOCHS)
+    assert grid.max_lag == 1 and max(grid.hold.values()) < 1  # several chunks per epoch
