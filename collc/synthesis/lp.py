@@ -302,7 +302,8 @@ def _with_copies(problem: Problem, grid: EpochGrid, options: SolverOptions, dead
         step *= 2
     # The relaxation's horizon is a bound; the rounded schedule may need a little more.
     # Its guide can also mislead (like chunks pooled, a copy counted where another
-    # holder's copy is): the unguided schedule is kept where it finishes sooner.
+    # holder's copy is): the unguided schedule is kept where its modelled time is shorter
+    # (dgx1 AllGather 256 MiB of 4 chunks: 1.072 of the bound unguided, 1.180 guided).
     facts = {"epoch_seconds": grid.tau, "relaxation_epochs": horizon}
     stats = SolveStats(largest[0], largest[1], deadline.elapsed())
     plans = []
