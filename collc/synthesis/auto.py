@@ -56,17 +56,20 @@ CHEAP_OPS = 40_000
 
 
 def run_method(method: Method, problem: Problem, options: SynthesisOptions, deadline: Deadline,
-               progress: Progress, grid: EpochGrid | None = None) -> Plan:
+               progress: Progress, grid: EpochGrid | None = None, chosen: bool = True) -> Plan:
+    """`chosen`: the user named the method; the time-expanded ones then say on stderr
+    when their model will take a while (collc.synthesis.estimate)."""
     if method is Method.STEADY:
         rates = solve_rates(problem, options.solver, deadline, progress)
         return pipelined_plan(problem, rates, options.solver, deadline)
+    if method is Method.LP:
+        # lp picks its own grid: a coarse one where the fine one's model would be large.
+        return solve_lp(problem, options.solver, deadline, progress, grid, options.timing)
     grid = grid or make_grid(problem)
     if method is Method.MILP:
-        return solve_milp(problem, grid, options.solver, deadline, progress, epochs=options.epochs)
-    if method is Method.LP:
-        return solve_lp(problem, grid, options.solver, deadline, progress)
+        return solve_milp(problem, grid, options.solver, deadline, progress, epochs=options.epochs, chosen=chosen)
     if method is Method.ROUNDS:
-        return solve_rounds(problem, grid, options.solver, deadline, progress, window=options.epochs)
+        return solve_rounds(problem, grid, options.solver, deadline, progress, window=options.epochs, chosen=chosen)
     if method is Method.GREEDY:
         state = State.initial(problem)
         transfers = greedy(problem, grid, state)
@@ -116,7 +119,7 @@ def _auto(network: Network, collective: Collective, size_bytes: int, options: Sy
         # The time-expanded models stop at a time limit when they cannot prove optimality:
         # they keep the limit they always had, however long the safety net is.
         limited = Deadline(min(deadline.remaining(), TIME_EXPANDED_SECONDS), deadline.work)
-        found.append(realize(run_method(method, base, options, limited, progress, grid), options.timing))
+        found.append(realize(run_method(method, base, options, limited, progress, grid, chosen=False), options.timing))
     if not found:
         plan = run_method(Method.GREEDY, base, options, deadline, progress, grid)
         found.append(realize(plan, options.timing))

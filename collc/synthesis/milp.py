@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from collc.diagnostics import SolverError
+from collc.synthesis.estimate import announce, bounded
 from collc.synthesis.plan import Plan, SolveStats, Status, Transfer
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
@@ -60,13 +61,19 @@ class _Found:
 
 
 def solve_milp(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline: Deadline,
-               progress: Progress, epochs: int = 0) -> Plan:
-    """`epochs` > 0 fixes the horizon instead of searching for the smallest."""
+               progress: Progress, epochs: int = 0, chosen: bool = True) -> Plan:
+    """`epochs` > 0 fixes the horizon instead of searching for the smallest. `chosen`:
+    the user asked for this method (auto's own tries run under a short limit, unannounced)."""
     heuristic_state = State.initial(problem)
     heuristic = greedy(problem, grid, heuristic_state)
     upper = max(1, heuristic_state.finish_epoch())
     lower = min(epoch_lower_bound(problem, grid), upper)
     best = _Found(upper, heuristic)
+    # The horizon searched lies between the bound and the greedy schedule's: the model at
+    # the greedy horizon bounds every probe's size.
+    if chosen:
+        announce(progress, bounded("milp", epochs or upper, len(problem.network.routes), len(problem.commodities),
+                                   problem.ranks))
     if epochs:
         return _fixed_horizon(problem, grid, options, deadline, progress, epochs, lower)
     infeasible_below = lower - 1  # every horizon up to this one has no schedule

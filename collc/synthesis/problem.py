@@ -44,6 +44,12 @@ class Problem:
     def ranks(self) -> int:
         return self.network.ranks
 
+    @property
+    def size_bytes(self) -> int:
+        """nccl-tests' size of the collective this problem moves."""
+        c = self.collective
+        return round(self.slot_bytes * max(c.in_chunks, c.out_chunks, 1))
+
     @cached_property
     def deliveries(self) -> int:
         return sum(len(c.demand) for c in self.commodities)

@@ -1,7 +1,8 @@
 """Progress of a long synthesis on stderr (rich), shown only on a terminal.
 
 Nothing is drawn for solves that finish within a second, nor when stderr is redirected,
-so logs and tests stay clean. Solver callbacks and the methods' own loops report through
+so logs and tests stay clean. Messages (`say`: a model that will take a while) are
+written wherever progress is wanted, terminal or not. Solver callbacks and the methods' own loops report through
 one `Progress` object.
 """
 
@@ -16,6 +17,8 @@ from typing import TextIO
 class Progress:
     def __init__(self, enabled: bool = True, stream: TextIO | None = None, delay: float = 1.0):
         self.stream = stream if stream is not None else sys.stderr
+        # Messages (`say`) go out whenever progress is wanted; the live line only on a terminal.
+        self.wanted = enabled
         self.enabled = enabled and _is_terminal(self.stream)
         self.delay = delay
         self._t0 = time.monotonic()
@@ -24,6 +27,7 @@ class Progress:
         self._live = None
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
+        self._topics: set[str] = set()
 
     # --- what methods report -----------------------------------------------------
     def stage(self, text: str) -> None:
@@ -44,6 +48,22 @@ class Progress:
     def note(self, **fields: object) -> None:
         with self._lock:
             self._fields.update({k: str(v) for k, v in fields.items()})
+
+    def said(self, topic: str) -> bool:
+        """Whether a message on `topic` went out already (and mark it as gone)."""
+        seen = topic in self._topics
+        self._topics.add(topic)
+        return seen
+
+    def say(self, text: str) -> None:
+        """A message for the user on the stream (above the live line, if one is shown)."""
+        if not self.wanted:
+            return
+        live = self._live
+        if live is not None:
+            live.console.print(f"collc: {text}", markup=False, highlight=False)
+        else:
+            print(f"collc: {text}", file=self.stream, flush=True)
 
     def close(self) -> None:
         if self._timer is not None:

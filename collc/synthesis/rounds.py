@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from collc.synthesis.estimate import announce, bounded
 from collc.synthesis.plan import Plan, SolveStats, Status, Transfer
 from collc.synthesis.problem import Problem
 from collc.synthesis.progress import Progress
@@ -33,9 +34,17 @@ def window_epochs(problem: Problem, grid: EpochGrid) -> int:
 
 
 def solve_rounds(problem: Problem, grid: EpochGrid, options: SolverOptions, deadline: Deadline,
-                 progress: Progress, window: int = 0) -> Plan:
+                 progress: Progress, window: int = 0, chosen: bool = True) -> Plan:
+    """`chosen`: the user asked for this method (auto's own tries run unannounced)."""
     state = State.initial(problem)
     width = window or window_epochs(problem, grid)
+    if chosen:
+        # As many rounds as the greedy schedule has windows, each a model of `width` epochs.
+        greedy_state = State.initial(problem)
+        greedy(problem, grid, greedy_state)
+        rounds_likely = max(1, math.ceil(greedy_state.finish_epoch() / width))
+        announce(progress, bounded("rounds", width, len(problem.network.routes), len(problem.commodities),
+                                   problem.ranks, solves=rounds_likely))
     transfers: list[Transfer] = []
     first = 0
     rounds = solved = 0

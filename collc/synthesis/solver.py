@@ -79,6 +79,10 @@ class Model:
     def num_rows(self) -> int:
         return len(self.row_lo)
 
+    @property
+    def num_nonzeros(self) -> int:
+        return len(self._vals)
+
     def add_var(self, lo: float = 0.0, hi: float = INF, cost: float = 0.0, integer: bool = False) -> int:
         self.lo.append(lo)
         self.hi.append(hi)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -57,8 +58,24 @@ def make_grid(problem: Problem, split: int | None = None) -> EpochGrid:
             if worst <= ROUNDING_TOLERANCE:
                 split = m
                 break
-    tau = fastest / split
-    lag = tuple(max(1, math.ceil(t / tau - 1e-9)) for t in seconds)
+    return grid_of(problem, fastest / split)
+
+
+def coarse_grid(problem: Problem, at_least: float = 0.0) -> EpochGrid:
+    """Epochs as long as the slowest route's chunk (or `at_least` seconds, if longer):
+    every route takes one epoch, and a link carries several chunks in one (its capacity
+    row allows 1 / hold of them). A topology whose slow links (InfiniBand beside NVLink)
+    take several fast epochs per chunk then needs as many epochs as the slow links'
+    chunks, not several times more; `at_least` caps the count where those are many."""
+    seconds = [r.seconds(problem.slot_bytes) for r in problem.network.routes]
+    return grid_of(problem, max(max(seconds), at_least))
+
+
+def grid_of(problem: Problem, tau: float) -> EpochGrid:
+    """The grid of epochs `tau` seconds long."""
+    net = problem.network
+    slot = problem.slot_bytes
+    lag = tuple(max(1, math.ceil(r.seconds(slot) / tau - 1e-9)) for r in net.routes)
     hold = {l: slot / net.links[l].capacity / tau for l in net.used_links}
     window = {l: max(1, math.ceil(h - 1e-9)) for l, h in hold.items()}
     return EpochGrid(tau, lag, hold, window, _all_pairs_epochs(problem, lag))
@@ -151,9 +168,14 @@ class FlowModel:
 
 
 def build_flow_model(problem: Problem, grid: EpochGrid, state: State, first: int, last: int, *,
-                     require_all: bool, integer: bool = True, relay_reward: float = 0.0) -> FlowModel | None:
+                     require_all: bool, integer: bool = True, relay_reward: float = 0.0,
+                     amounts: Sequence[float] | None = None) -> FlowModel | None:
     """Departures in epochs [first, last); holdings tracked to `end` = last (require_all)
-    or last + max lag. Returns None when some demand cannot arrive by `end`."""
+    or last + max lag. Returns None when some demand cannot arrive by `end`.
+
+    `amounts` (a relaxation, with integer=False) lets commodity c stand for amounts[c]
+    chunks with the same holders and demand: its flows and holdings range over
+    [0, amounts[c]]."""
     net = problem.network
     dist = grid.dist
     end = last if require_all else last + grid.max_lag
@@ -164,6 +186,7 @@ def build_flow_model(problem: Problem, grid: EpochGrid, state: State, first: int
     arrivals: dict[tuple[int, int, int], list[int]] = defaultdict(list)
     n_ranks = problem.ranks
     for c, com in enumerate(problem.commodities):
+        amount = 1.0 if amounts is None else float(amounts[c])
         avail = state.avail[c]
         pending = [d for d in com.demand if d not in avail]
         if not pending:
@@ -188,7 +211,7 @@ def build_flow_model(problem: Problem, grid: EpochGrid, state: State, first: int
             if require_all:
                 k_hi = min(k_hi, end - lag - int(to_target[w]))
             for k in range(int(max(first, earliest[u])), k_hi + 1):
-                j = m.add_var(0.0, 1.0, 0.0, integer)
+                j = m.add_var(0.0, amount, 0.0, integer)
                 x[(c, r.index, k)] = j
                 arrivals[(c, w, k + lag)].append(j)
                 for l in r.links:
@@ -202,10 +225,10 @@ def build_flow_model(problem: Problem, grid: EpochGrid, state: State, first: int
                 cost = reward_each
                 if k == end and v not in pending and relay_reward > 0:
                     cost += relay_reward * sum(max(0, closest[t] - int(dist[v, t])) for t in pending)
-                h[(c, v, k)] = m.add_var(0.0, 1.0, cost, False)
+                h[(c, v, k)] = m.add_var(0.0, amount, cost, False)
         for d in pending:
             if require_all:
-                m.lo[h[(c, d, end)]] = 1.0
+                m.lo[h[(c, d, end)]] = amount
     # Holding: h[k] <= h[k-1] + arrivals usable at k.
     for (c, v, k), j in h.items():
         cols, vals = [j], [1.0]
@@ -252,9 +275,12 @@ def build_flow_model(problem: Problem, grid: EpochGrid, state: State, first: int
 # --- a greedy schedule on the grid --------------------------------------------------
 
 def greedy(problem: Problem, grid: EpochGrid, state: State, first: int = 0, last: int | None = None,
-           max_epochs: int = 1_000_000) -> list[Transfer]:
+           max_epochs: int = 1_000_000, guide: "Guide | None" = None) -> list[Transfer]:
     """Epoch by epoch, every route takes the most useful chunks its sender holds and its
-    links have room for. Updates `state`. Stops at `last` or when every demand is met."""
+    links have room for. Updates `state`. Stops at `last` or when every demand is met.
+
+    With a `guide` (a relaxation's flows), a route first takes the chunks the guide
+    still owes it a whole transfer of by this epoch, then the usual most useful ones."""
     net = problem.network
     dist = grid.dist
     out: list[Transfer] = []
@@ -281,8 +307,9 @@ def greedy(problem: Problem, grid: EpochGrid, state: State, first: int = 0, last
                 avail = state.avail[c]
                 if w in avail:
                     continue
+                owed = 0 if guide is None or not guide.owes(c, r.index, k) else -1
                 if w in pending[c]:
-                    scored.append((0, -len(pending[c]), c))
+                    scored.append((owed, 0, -len(pending[c]), c))
                     continue
                 gain = 0
                 for t in pending[c]:
@@ -290,11 +317,13 @@ def greedy(problem: Problem, grid: EpochGrid, state: State, first: int = 0, last
                     if lag + dist[w, t] <= best and lag + dist[w, t] < UNREACHABLE:
                         gain += 1
                 if gain:
-                    scored.append((1, -gain, c))
+                    scored.append((owed, 1, -gain, c))
             scored.sort()
-            for _, _, c in scored:
+            for *_, c in scored:
                 if not state.fits(grid, r.links, k):
                     break
+                if guide is not None:
+                    guide.take(c, r.index)
                 t = Transfer(c, r.index, k)
                 state.apply(problem, grid, [t])
                 moved.append(t)
@@ -304,3 +333,23 @@ def greedy(problem: Problem, grid: EpochGrid, state: State, first: int = 0, last
     if last is None and any(pending):
         raise RuntimeError("greedy schedule did not finish")
     return out
+
+
+class Guide:
+    """How much of each group's flow a relaxation sends on each route by each epoch, and
+    how much of it whole transfers have taken: the relaxation's answer rounded as the
+    greedy schedule goes (collc.synthesis.lp)."""
+
+    def __init__(self, group_of: Sequence[int], flow: Mapping[tuple[int, int], Sequence[tuple[int, float]]]):
+        self.group_of = group_of  # commodity -> group
+        # (group, route) -> [(epoch, flow)], epochs ascending
+        self.flow = flow
+        self.taken: dict[tuple[int, int], int] = defaultdict(int)
+
+    def owes(self, commodity: int, route: int, epoch: int) -> bool:
+        key = (self.group_of[commodity], route)
+        sent = sum(f for k, f in self.flow.get(key, ()) if k <= epoch)
+        return sent - self.taken[key] >= 0.5
+
+    def take(self, commodity: int, route: int) -> None:
+        self.taken[(self.group_of[commodity], route)] += 1
