@@ -134,3 +134,16 @@ def test_nccl_figures_past_the_limits_are_skipped(tmp_path, capsys, old, new):
     assert any("limit" in reason for reason in skipped), skipped
     assert json.loads(result)["world_size"] <= 8192
     assert not re.search(r"(?<![\d.])\d{17,}(?![\d.])", result), "a figure of 17 digits or more was reported"
+
+
+@pytest.mark.skipif(not LOG.exists(), reason="shared/data is not beside the checkout")
+def test_nccl_opcount_that_is_not_a_number_is_skipped(tmp_path, capsys):
+    """Found by the long property run: `opCount x` matched the line's pattern and
+    crashed the hex conversion."""
+    path = tmp_path / "n.log"
+    path.write_bytes(LOG.read_bytes().replace(b"opCount 0 ", b"opCount x ", 3))
+    out = tmp_path / "out.json"
+    rc, _, err = _run(["profile", str(path), "-q", "--json", str(out)], capsys)
+    assert rc == 0, err
+    skipped = {k for s in json.loads(out.read_text())["sources"] for k in s.get("skipped", {})}
+    assert "COLL line whose opCount is not a number" in skipped

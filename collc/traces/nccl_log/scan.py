@@ -274,7 +274,12 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
             if seq is None:
                 if len(seqs) > 100_000:
                     seqs.clear()
-                seq = seqs[opcount] = int(opcount, 16)
+                try:
+                    seq = int(opcount, 16)
+                except ValueError:      # `x`, `0x`: the pattern takes NCCL's hex with or without 0x
+                    summary.skip("COLL line whose opCount is not a number")
+                    continue
+                seqs[opcount] = seq
             add_id(sid)
             add_line(line)
             add_seq(seq)
