@@ -10,6 +10,9 @@ Jobs: 1F1B on a star of S GPUs (one switch), S stages x M micro-batches:
   topology once per stage: 10 s and over a minute before it stopped at the layer that
   reaches the next stage's GPU);
 - 1,000 x 1,000: one million stage-micro-batch pairs, two million compute actions.
+
+Peak memory is the largest of the jobs run so far (getrusage of the children); the jobs
+run smallest first.
 """
 
 from __future__ import annotations

@@ -21,16 +21,15 @@ collc.profile's reader, so large files are never loaded whole.
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collc.diagnostics import CollcError, Span
 from collc.io import check_input_file
-from collc.limits import int_limit, limit
+from collc.limits import int_limit
 from collc.pipeline.render import Interval, Lane
-from collc.traces.chrome import ChromeTrace
+from collc.traces.chrome import ChromeTrace, event_interval
 
 _TRANSFER_WORDS = ("sendrecv", "send", "recv", "all_to_all", "alltoall")
 
@@ -82,10 +81,6 @@ def read_rank_traces(path: Path, notes: list[str] | None = None) -> list[RankTra
         raise CollcError(f"cannot read trace '{path}': {exc.strerror or exc}", Span(str(path), 1, 1)) from None
 
 
-# A timestamp past this many microseconds (~31,700 years after 1970) is no clock's.
-MAX_TIMESTAMP_US = 1e18
-
-
 def _as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -101,20 +96,6 @@ def _device(value: Any) -> int | None:
     if isinstance(value, int) and 0 <= value < int_limit("ranks"):
         return value
     return None
-
-
-def _span(ts: Any, dur: Any) -> tuple[float, float] | str:
-    """(start, end) in us, or why the event is left out."""
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ts, dur)):
-        return "non-numeric"
-    ts, dur = float(ts), float(dur)
-    if not (math.isfinite(ts) and abs(ts) <= MAX_TIMESTAMP_US):
-        return "timestamp out of range"
-    if dur < 0:
-        return "negative duration"
-    if not dur <= limit("duration") * 1e6:
-        return "duration out of range"
-    return ts, ts + dur
 
 
 class _Skipped:
@@ -143,7 +124,7 @@ def _read(path: Path, notes: list[str]) -> list[RankTrace]:
             if "ts" not in ev or not isinstance(ev["ts"], (int, float)):
                 raise CollcError(f"kernel event '{str(name)[:80]}' at {trace.location()} has no numeric ts",
                                  Span(str(path), 1, 1))
-            times = _span(ev["ts"], ev.get("dur", 0.0))
+            times = event_interval(ev["ts"], ev.get("dur", 0.0))
             device = _device(_as_dict(ev.get("args")).get("device", 0))
             if isinstance(times, str) or device is None:
                 skipped.add(times if isinstance(times, str) else "device is not a device number")
@@ -184,7 +165,7 @@ def _read(path: Path, notes: list[str]) -> list[RankTrace]:
 
 def _memory_entry(ev: dict[str, Any], args: dict[str, Any]) -> tuple[int, tuple[float, int]] | None:
     device, reserved, ts = _device(args.get("Device Id", 0)), args.get("Total Reserved"), ev.get("ts")
-    times = _span(ts, 0)
+    times = event_interval(ts, 0)
     if device is None or isinstance(times, str) or not isinstance(reserved, int) \
             or not 0 <= reserved <= int_limit("size_bytes"):
         return None

@@ -18,6 +18,7 @@ of the decompressed stream) of the event that does not parse.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import orjson
 
 from ..diagnostics import CollcError, Span
+from ..limits import limit
 from .detect import TraceSource
 
 CHUNK_BYTES = 8 << 20          # bytes read per step; a chunk's parsed events stay well under 100 MB
@@ -450,6 +452,26 @@ class ChromeTrace:
         except (EOFError, zlib.error) as e:
             raise CollcError(f"truncated or corrupt compressed trace: {e}",
                              Span(self.source.name, 1, 1)) from None
+
+
+# A timestamp past this many microseconds (~31,700 years after 1970) is no clock's.
+MAX_TIMESTAMP_US = 1e18
+
+
+def event_interval(ts: Any, dur: Any) -> tuple[float, float] | str:
+    """An event's (start, end) in microseconds, or why no profiler wrote it: a field that
+    is not a number, a timestamp past any clock, a negative duration or one past
+    COLLC_LIMIT_DURATION. Readers leave such events out and count them."""
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ts, dur)):
+        return "non-numeric ts or dur"
+    ts, dur = float(ts), float(dur)
+    if not (math.isfinite(ts) and abs(ts) <= MAX_TIMESTAMP_US):
+        return "timestamp out of range"
+    if dur < 0:
+        return "negative duration"
+    if not dur <= limit("duration") * 1e6:
+        return "duration out of range"
+    return ts, ts + dur
 
 
 def iter_events(path: str | Path | TraceSource, prefilter: Iterable[bytes] | None = None

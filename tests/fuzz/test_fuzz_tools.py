@@ -32,11 +32,10 @@ def test_pipeline_declarations(program, argv):
 @_FEW
 @given(data=st.data())
 def test_schedule_csvs(data):
-    stages = data.draw(st.sampled_from(["1", "2", "3", "4"]))
-    program = ti.pipeline_program(schedule='"s.csv"').map(lambda p: p.replace(
-        "stages = ", f"stages = {stages}; // ", 1))
-    run_case("schedule CSVs", {"p.coll": data.draw(program).encode(), "s.csv": data.draw(ti.schedule_csv())},
-             data.draw(ti.pipeline_command()))
+    csv = data.draw(ti.schedule_csv())
+    rows, microbatches = ti.csv_shape(csv)
+    program = data.draw(ti.pipeline_program(schedule='"s.csv"', stages=rows, microbatches=microbatches))
+    run_case("schedule CSVs", {"p.coll": program.encode(), "s.csv": csv}, data.draw(ti.pipeline_command()))
 
 
 @_FEW

@@ -39,17 +39,21 @@ STAR = """topology star(n = 8) {
 
 
 @st.composite
-def pipeline_program(draw, schedule: str | None = None) -> str:
-    """A pipeline declaration on a small star, most settings ordinary, some odd."""
-    stages = _mostly(draw, ["1", "2", "3", "4"], ODD_COUNTS)
+def pipeline_program(draw, schedule: str | None = None, stages: int | None = None,
+                     microbatches: int | None = None) -> str:
+    """A pipeline declaration on a small star, most settings ordinary, some odd (`stages`
+    and `microbatches`, when given, are used most of the time: a schedule file's)."""
+    usual_stages = [str(stages)] if stages else ["1", "2", "3", "4"]
+    usual_mb = [str(microbatches)] if microbatches else ["1", "4", "8", "12"]
+    stages = _mostly(draw, usual_stages, ODD_COUNTS)
     dp = draw(st.sampled_from(["", "", "data_parallel = 2;", "data_parallel = 0;", "data_parallel = 9;"]))
     sched = schedule or _mostly(draw, ['"gpipe"', '"1f1b"', '"interleaved"', '"zb-h1"'],
                                 ['"nope"', '"s.csv"', '"/dev/zero.csv"', "3", '"dir.csv"'])
-    settings = [f"stages = {stages};", dp, f"microbatches = {_mostly(draw, ['1', '4', '8', '12'], ODD_COUNTS)};",
+    settings = [f"stages = {stages};", dp, f"microbatches = {_mostly(draw, usual_mb, ODD_COUNTS)};",
                 f"schedule = {sched};"]
     if draw(st.booleans()):
         settings.append(f"chunks = {_mostly(draw, ['1', '2'], ODD_COUNTS)};")
-    settings.append(f"forward = {_mostly(draw, ['1 ms', '0.4 ms', '{1 ms, 2 ms}'], ODD_TIMES)};")
+    settings.append(f"forward = {_mostly(draw, ['1 ms', '0.4 ms'], ODD_TIMES + ['{1 ms, 2 ms}'])};")
     settings.append(f"backward = {_mostly(draw, ['2 ms', '1 ms'], ODD_TIMES)};")
     if draw(st.booleans()):
         settings.append(f"activations = {_mostly(draw, ['16 MiB', '1 KiB', '0 B'], ODD_SIZES)};")
@@ -68,7 +72,7 @@ def pipeline_command(draw) -> list[str]:
     outputs = ["{dir}/r.json", "{dir}/t.json", "{dir}/./r.json", "{dir}/d/../t.json", "{dir}/sub/", "", "{dir}/p.coll",
                "{dir}/new/dir/r.json", "{dir}/p.coll/x.json", "/dev/null"]
     for option in ("--report", "--trace", "--schedule-csv"):
-        if draw(st.integers(0, 2)) == 0:
+        if draw(st.integers(0, 3)) == 0:
             argv += [option, draw(st.sampled_from(outputs))]
     if draw(st.integers(0, 5)) == 0:
         argv += ["--min-bubble-us", draw(st.sampled_from(["0", "10", "nan", "inf", "-1", "x"]))]
@@ -110,6 +114,14 @@ def schedule_csv(draw) -> bytes:
                                              f"{r}SEND_F0", f"{r}F" + "9" * 40, f"{r}W0"]))
         rows.append(",".join(cells))
     return ("\n".join(rows) + "\n").encode()
+
+
+def csv_shape(data: bytes) -> tuple[int | None, int | None]:
+    """(rows, micro-batches) a schedule file seems to have, so that the pipeline naming
+    it can match it (None where it cannot be told)."""
+    rows = len([line for line in data.splitlines() if line.strip()])
+    mbs = [int(m) for m in re.findall(rb"\d{1,4}(?:F|B|W|I|BW)(\d{1,4})", data)]
+    return (rows or None), (max(mbs) + 1 if mbs else None)
 
 
 # --- Chrome / Kineto traces -----------------------------------------------------------

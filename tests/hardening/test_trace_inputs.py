@@ -147,3 +147,18 @@ def test_nccl_opcount_that_is_not_a_number_is_skipped(tmp_path, capsys):
     assert rc == 0, err
     skipped = {k for s in json.loads(out.read_text())["sources"] for k in s.get("skipped", {})}
     assert "COLL line whose opCount is not a number" in skipped
+
+
+@pytest.mark.parametrize("bad", [dict(ts=None), dict(args=1.5), dict(dur=-3), dict(ts=1e40), dict(pid=[1]),
+                                 dict(args={"correlation": 1e400})])
+def test_profile_of_kineto_nccl_kernels_with_odd_fields(tmp_path, capsys, bad):
+    """Found by the property run on Chrome/Kineto traces: `collc profile` read the NCCL
+    kernels' ts, dur and args without checking their types."""
+    nccl = {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ts": 10, "dur": 5,
+            "pid": 0, "tid": 1, "args": {"correlation": 7}}
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({"traceEvents": [kernel(0), {**nccl, **bad}]}))
+    rc, _, err = _run(["profile", str(path), "-q"], capsys)
+    assert rc in (0, 1) and "Traceback" not in err
+    if rc == 1:
+        assert "error" in err
