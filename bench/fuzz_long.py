@@ -8,7 +8,7 @@ is recorded (Hypothesis's shrunk example) and the run goes on.
 
 Writes bench/results/fuzz-long.md and bench/results/fuzz-long.json.
 
-Usage: python3 bench/fuzz_long.py [--minutes 25] [--examples 300]
+Usage: python3 bench/fuzz_long.py [--minutes 25] [--examples 300] [--only-tools]
        (nohup nice -n 15 .venv/bin/python bench/fuzz_long.py --minutes 25 &)
 """
 
@@ -31,6 +31,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=25.0)
     ap.add_argument("--examples", type=int, default=300, help="cases per property per round")
+    ap.add_argument("--only-tools", action="store_true",
+                    help="only the newer commands' properties (pipeline, CSVs, traces, NCCL logs, harvest)")
     args = ap.parse_args()
     os.environ["COLLC_FUZZ_PROFILE"] = "long"
     os.environ["COLLC_FUZZ_EXAMPLES"] = str(args.examples)
@@ -38,12 +40,18 @@ def main() -> int:
     import conftest  # noqa: F401  (registers and loads the profile)
     import fuzz_inputs
     import test_fuzz_coll
+    import test_fuzz_tools
     import test_fuzz_xml
 
     properties = [test_fuzz_coll.test_generated_programs, test_fuzz_coll.test_mutated_programs,
                   test_fuzz_coll.test_mutated_generated_programs, test_fuzz_xml.test_generated_xml]
     if test_fuzz_xml.SEEDS:
         properties.append(test_fuzz_xml.test_mutated_real_xml)
+    if args.only_tools:
+        properties = []
+    properties += [test_fuzz_tools.test_pipeline_declarations, test_fuzz_tools.test_schedule_csvs,
+                   test_fuzz_tools.test_chrome_kineto_traces, test_fuzz_tools.test_nccl_log_lines,
+                   test_fuzz_tools.test_harvest_arguments]
     start = time.perf_counter()
     deadline = start + args.minutes * 60
     failures: list[dict] = []

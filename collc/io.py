@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from collc.diagnostics import CollcError
+from collc.diagnostics import CollcError, Span
 
 _TEMP_PREFIX = ".collc-"
 
@@ -231,3 +231,39 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Iterable[str | byt
             os.unlink(tmp)
         raise
     return path
+
+
+# --- inputs ------------------------------------------------------------------------------
+
+class InputError(CollcError):
+    """An input path that cannot be read as a file: missing, a directory, a device, a FIFO."""
+
+
+def check_input_file(path: str | os.PathLike, what: str = "input") -> None:
+    """Refuse, before opening it, anything but a regular file (or a link to one): opening
+    a FIFO blocks until a writer comes, and a device such as /dev/zero never ends."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"cannot read the {what} '{path}': no such file", Span(str(path), 1, 1)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} '{path}': {exc.strerror or exc}", Span(str(path), 1, 1)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"cannot read the {what} '{path}': it is {_describe(st.st_mode)}, not a file",
+                         Span(str(path), 1, 1))
+
+
+def read_input_bytes(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes` (a larger one is refused
+    without being read whole)."""
+    check_input_file(path, what)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} '{path}': {exc.strerror or exc}", Span(str(path), 1, 1)) from None
+    if len(data) > max_bytes:
+        raise InputError(f"the {what} '{path}' is larger than {max_bytes:,} bytes, more than any such file holds",
+                         Span(str(path), 1, 1))
+    return data

@@ -41,6 +41,13 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("size_bytes", 2 ** 50, "bytes in a collective's size (1 PiB)"),
     Limit("bandwidth", 1e15, "bytes/s of one link's bandwidth (1 PB/s)", integral=False),
     Limit("latency", 10.0, "seconds of one link's latency", integral=False),
+    # Pipelines (`collc pipeline`, schedule CSVs) and traces (`collc profile`, `collc bubbles`).
+    Limit("microbatches", 65_536, "micro-batches in one pipeline step"),
+    Limit("model_chunks", 64, "model chunks per pipeline stage"),
+    Limit("pipeline_actions", 2_097_152,
+          "stage-micro-batch pairs of one pipeline step (stages x micro-batches x chunks)"),
+    Limit("csv_cells", 4_194_304, "cells in one schedule CSV file"),
+    Limit("duration", 86_400.0, "seconds of one compute action or traced event (a day)", integral=False),
 )}
 
 

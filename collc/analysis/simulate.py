@@ -35,7 +35,7 @@ import numpy as np
 
 from collc.diagnostics import CollcError, ScheduleError
 from collc.ir.schedule import Op, Schedule
-from collc.ir.topology import NodeKind, Topology
+from collc.ir.topology import Link, NodeKind, Topology
 
 
 class Sharing(str, Enum):
@@ -125,6 +125,7 @@ class Router:
     _link_index: dict[tuple[str, str], int] = field(init=False)
     _paths: dict[tuple[str, str], Path | None] = field(init=False, default_factory=dict)
     _routes: dict[tuple[str, ...], Path] = field(init=False, default_factory=dict)
+    _fabric: dict[str, list[Link]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._link_index = {(l.src, l.dst): i for i, l in enumerate(self.topology.links)}
@@ -171,6 +172,53 @@ class Router:
             if l.capacity <= 0:
                 raise CollcError(f"link {l.src} -> {l.dst} of topology '{self.topology.name}' has no capacity")
         return Path(idx, sum(l.latency for l in links), min(l.capacity for l in links))
+
+    def path_between(self, src_rank: int, dst_rank: int) -> Path | None:
+        """The default path from one GPU to another (None: there is none), found by a
+        search that stops at the layer reaching `dst` and never expands links into other
+        GPUs. It picks the path `path_for` picks, but costs what the fabric near the two
+        GPUs costs instead of a search of the whole topology: asking for the S-1 stage
+        boundaries of an S-stage pipeline stays linear in S."""
+        topo = self.topology
+        src, dst = topo.gpu(src_rank).name, topo.gpu(dst_rank).name
+        if (src, dst) in self._paths:
+            return self._paths[(src, dst)]
+        best: dict[str, tuple[float, tuple[str, ...]]] = {src: (math.inf, (src,))}
+        frontier = [src]
+        found: tuple[float, tuple[str, ...]] | None = None
+        while frontier and found is None:
+            cand: dict[str, tuple[float, tuple[str, ...]]] = {}
+            for node in frontier:
+                width, names = best[node]
+                direct = self._link_index.get((node, dst))
+                if direct is not None:
+                    entry = (min(width, topo.links[direct].capacity), names + (dst,))
+                    if found is None or (-entry[0], entry[1]) < (-found[0], found[1]):
+                        found = entry
+                for link in self._fabric_out(node):
+                    if link.dst in best:
+                        continue
+                    entry = (min(width, link.capacity), names + (link.dst,))
+                    old = cand.get(link.dst)
+                    if old is None or (-entry[0], entry[1]) < (-old[0], old[1]):
+                        cand[link.dst] = entry
+            best.update(cand)
+            frontier = sorted(cand)
+        path = None
+        if found is not None:
+            names = found[1]
+            path = self._make(tuple(self._link_index[(a, b)] for a, b in zip(names, names[1:])))
+        self._paths[(src, dst)] = path
+        return path
+
+    def _fabric_out(self, node: str) -> list[Link]:
+        """`node`'s links into switches and NICs (the only nodes that pass data on)."""
+        cached = self._fabric.get(node)
+        if cached is None:
+            topo = self.topology
+            cached = [l for l in topo.out_links[node] if topo.node(l.dst).kind is not NodeKind.GPU]
+            self._fabric[node] = cached
+        return cached
 
     def _default_paths_from(self, src: str) -> dict[tuple[str, str], Path]:
         """Breadth-first layers from `src`; on each layer, keep for every node the widest

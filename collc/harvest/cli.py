@@ -16,10 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
-from collc.diagnostics import CollcError, Span, UsageError
+from collc.diagnostics import CollcError, UsageError
+from collc.io import check_output_path
+from collc.limits import exceeded, int_limit
+from collc.units import SIZE, parse_quantity
 
 EXIT_OK = 0
 
@@ -41,6 +48,109 @@ def _manager_call(fn: Any) -> Any:
         raise CollcError(str(exc)) from None
 
 
+# --- argument checks (before a manager is built or asked anything) ----------------------
+
+IMPORT_TIMEOUT_S = 30.0
+
+
+def memory_bytes(text: str, what: str) -> int:
+    """A memory size in the language's units as the manager reads it (512M, 512MB, 2GiB,
+    1e9; any case: `collc.units`), checked: a positive whole number of bytes within
+    collc's size limit (usage error otherwise)."""
+    try:
+        value = parse_quantity(text.strip(), SIZE, ignore_case=True, filename="<size>")
+    except CollcError as err:
+        if "too large" in err.message:
+            raise _usage_error(f"{what} {text!r} is not a finite size") from None
+        raise _usage_error(f"{what} {text!r} must be a size such as 512M or 2GiB") from None
+    if value < 1:
+        raise _usage_error(f"{what} {text!r} must be at least one byte")
+    if value > int_limit("size_bytes"):
+        raise _usage_error(f"{what} {text!r} is more memory than any device has" + exceeded("size_bytes"))
+    return int(value)
+
+
+def usable_cores() -> set[int]:
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
+def visible_gpus() -> int:
+    """GPUs a side task could use: CUDA_VISIBLE_DEVICES where set, else the NVIDIA
+    driver's list (none without the driver)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")])
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return sum(1 for _ in gpus.iterdir()) if gpus.is_dir() else 0
+
+
+def check_device(text: str) -> None:
+    """`cpu:N` a core this process may run on, `cuda:N` a GPU that exists, and the
+    free memory after `=` a real size."""
+    name, sep, size = text.partition("=")
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda") or not index.isdigit() or len(index) > 6:
+        raise _usage_error(f"--device {text!r} must be cpu:N or cuda:N, optionally =FREE (cpu:0=2GiB)")
+    if kind == "cpu" and int(index) not in usable_cores():
+        cores = sorted(usable_cores())
+        raise _usage_error(f"--device {name}: this machine has no core {index} to run on "
+                           f"(cores {cores[0]}..{cores[-1]})")
+    if kind == "cuda" and int(index) >= visible_gpus():
+        raise _usage_error(f"--device {name}: there is no GPU {index} ({visible_gpus()} visible)")
+    if sep:
+        memory_bytes(size, f"--device {name}: free memory")
+
+
+def check_serve_args(args: argparse.Namespace) -> None:
+    for text in args.device:
+        check_device(text)
+    for option in ("margin_ms", "overrun_limit_ms", "hang_timeout_s"):
+        value = getattr(args, option, None)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise _usage_error(f"--{option.replace('_', '-')} must be a finite number, at least 0")
+    check_output_path(Path(args.dir), directory=True, what="runtime directory")
+
+
+def check_target(target: str, paths: list[str]) -> None:
+    """Import the task's class in a throwaway process (the task's module runs its own
+    code on import; it must not run in the command's process) and say why it cannot be
+    a task: the module is missing or broken, or the name is not a task class."""
+    if ":" not in target:
+        raise _usage_error(f"task target {target!r} must be 'module:Class'")
+    try:
+        done = subprocess.run([sys.executable, "-c", _IMPORT_CHECK, target, *paths], capture_output=True,
+                              text=True, timeout=IMPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise CollcError(f"importing the task {target} took more than {IMPORT_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"the import exited with status {done.returncode}"
+        raise CollcError(f"cannot submit {target}: {reason}")
+
+
+# Run by check_target in a fresh interpreter: argv = target, extra import paths.
+_IMPORT_CHECK = """
+import importlib, sys
+target, paths = sys.argv[1], sys.argv[2:]
+sys.path[:0] = paths
+module_name, _, attr = target.partition(":")
+try:
+    obj = importlib.import_module(module_name)
+except BaseException as exc:
+    print(f"cannot import {module_name}: {type(exc).__name__}: {exc}")
+    sys.exit(3)
+for part in attr.split("."):
+    if not hasattr(obj, part):
+        print(f"{module_name} has no {attr}")
+        sys.exit(3)
+    obj = getattr(obj, part)
+from collc.harvest.tasks import ImperativeTask, IterativeTask
+if not (isinstance(obj, type) and issubclass(obj, (IterativeTask, ImperativeTask))):
+    print(f"{target} is not an IterativeTask or ImperativeTask subclass")
+    sys.exit(3)
+"""
+
+
 # --- serve ------------------------------------------------------------------------------
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -49,6 +159,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from collc.harvest import rundir
     from collc.harvest.manager import build_manager
     from collc.harvest.rundir import RuntimeDirError
+    check_serve_args(args)
     try:
         manager = build_manager(args)
     except ValueError as exc:
@@ -82,13 +193,16 @@ def _parse_arg(text: str) -> tuple[str, Any]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from collc.harvest.manager import parse_size
     from collc.harvest.tasks import TaskSpec
+    memory = memory_bytes(args.memory, "--memory")
+    if args.device is not None:
+        check_device(args.device)
     try:
         spec = TaskSpec(args.target, dict(_parse_arg(a) for a in args.arg), args.name or "",
-                        args.priority, parse_size(args.memory), list(args.path), args.device)
+                        args.priority, memory, list(args.path), args.device)
     except ValueError as exc:
         raise _usage_error(str(exc)) from None
+    check_target(args.target, list(args.path))
     task_id = _manager_call(lambda: _handle(args).submit(spec))
     print(task_id)
     return EXIT_OK

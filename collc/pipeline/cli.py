@@ -6,10 +6,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from collc.argtypes import finite_float, output_path, repeated_output
 from collc.diagnostics import UsageError
-from collc.io import atomic_write
+from collc.io import all_or_nothing, atomic_write, check_input_file, check_output_path
 
 EXIT_OK = 0
 
@@ -20,16 +21,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                    "compute, activation transfers and the data-parallel gradient collective; report "
                                    "every bubble with its cause and free memory.")
     p.add_argument("file", help="FILE.coll (its only pipeline) or FILE.coll:NAME(ARGS)")
-    p.add_argument("--report", type=Path, help="write the bubble report (JSON) here")
-    p.add_argument("--trace", type=Path, help="write the step as a Chrome trace (JSON) here")
-    p.add_argument("--plot", type=Path, help="draw the pipeline diagram (.png or .svg) here")
-    p.add_argument("--schedule-csv", type=Path,
+    p.add_argument("--report", type=output_path, help="write the bubble report (JSON) here")
+    p.add_argument("--trace", type=output_path, help="write the step as a Chrome trace (JSON) here")
+    p.add_argument("--plot", type=output_path, help="draw the pipeline diagram (.png or .svg) here")
+    p.add_argument("--schedule-csv", type=output_path,
                    help="also write the schedule as a torch.distributed.pipelining CSV here")
     p.add_argument("--gradient", choices=("baseline", "synthesized"), default="baseline",
                    help="which gradient collective the timeline runs (both steps are reported)")
     p.add_argument("--no-synthesis", action="store_true",
                    help="time the gradient collective with the ring baseline only")
-    p.add_argument("--min-bubble-us", type=float, default=0.0, help="leave out shorter bubbles")
+    p.add_argument("--min-bubble-us", type=finite_float(0), default=0.0, help="leave out shorter bubbles")
     p.add_argument("--json", action="store_true", help="print the report instead of the summary")
     p.set_defaults(func=cmd_pipeline)
 
@@ -37,10 +38,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        description="Idle intervals of each rank's compute stream in PyTorch profiler (Kineto) "
                                    "traces, one trace per rank.")
     b.add_argument("traces", nargs="+", type=Path, help="Kineto traces (.json or .json.gz), one per rank")
-    b.add_argument("--threshold-us", type=float, default=100.0, help="shortest idle interval reported (default 100)")
-    b.add_argument("--report", type=Path, help="write the bubble report (JSON) here")
-    b.add_argument("--trace", type=Path, help="write the compute streams and bubbles as a Chrome trace here")
-    b.add_argument("--plot", type=Path, help="draw the streams and bubbles (.png or .svg) here")
+    b.add_argument("--threshold-us", type=finite_float(0), default=100.0,
+                   help="shortest idle interval reported (default 100)")
+    b.add_argument("--report", type=output_path, help="write the bubble report (JSON) here")
+    b.add_argument("--trace", type=output_path, help="write the compute streams and bubbles as a Chrome trace here")
+    b.add_argument("--plot", type=output_path, help="draw the streams and bubbles (.png or .svg) here")
     b.add_argument("--json", action="store_true", help="print the report instead of the summary")
     b.set_defaults(func=cmd_bubbles)
 
@@ -73,19 +75,53 @@ def _summary(report: dict[str, Any]) -> list[str]:
         free_text = f"{min(free) / 2**30:.1f} GiB" if free else "-"
         lines.append(f"{s['stage']:>5}  {','.join(map(str, s['ranks'])):<12} {_human_us(s['busy_us']):>12} "
                      f"{s['bubble_fraction']:>8.1%} {len(bubbles):>5}  {_human_us(longest):>12}  {free_text:>10}")
+    lines += [f"note: {note}" for note in report.get("notes", ())]
     return lines
 
 
-def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes, title: str) -> None:
+_OUTPUTS = (("--report", "report"), ("--trace", "trace"), ("--plot", "plot"), ("--schedule-csv", "schedule_csv"))
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before any work: no two options name one file (usage error), every target can be
+    written (checked as `compile` checks -o)."""
+    named = [(option, getattr(args, attr, None)) for option, attr in _OUTPUTS]
+    repeated = repeated_output(named)
+    if repeated is not None:
+        first, second, path = repeated
+        raise UsageError(f"{first} and {second} name the same file ({path}): one output would overwrite the other")
+    if args.plot and args.plot.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--plot must name a .png or .svg file, got '{args.plot}'")
+    for option, path in named:
+        if path is not None:
+            check_output_path(path, what=f"{option} output")
+
+
+def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes: Callable[[], list], title: str,
+                   csv_text: str | None = None) -> None:
     from collc.pipeline import render
 
-    # Everything is computed before anything is written; each file is written atomically.
-    if args.report:
-        atomic_write(args.report, json.dumps(report, indent=1) + "\n")
-    if args.trace:
-        render.write_trace(args.trace, lanes, title)
-    if args.plot:
-        render.write_plot(args.plot, lanes, title, report["step_us"])
+    # Everything is computed before anything is written, and the files are written all
+    # or none: a target that fails at the last moment leaves none of the others behind.
+    drawn = lanes() if args.trace or args.plot else []
+    with all_or_nothing():
+        if args.report:
+            atomic_write(args.report, json.dumps(report, indent=1) + "\n")
+        if args.trace:
+            render.write_trace(args.trace, drawn, title)
+        if args.plot:
+            render.write_plot(args.plot, drawn, title, report["step_us"])
+        if csv_text is not None:
+            atomic_write(args.schedule_csv, csv_text)
+
+
+def check_pipeline_file(spec: str) -> None:
+    """FILE of FILE.coll or FILE.coll:NAME(ARGS) is a regular file: a device or FIFO read
+    as a program would hang or say something about its bytes, not about what it is."""
+
+    path = spec.split(":", 1)[0] if ".coll:" in spec else spec
+    if path and (Path(path).exists() or Path(path).is_symlink()):
+        check_input_file(path, "pipeline file")
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
@@ -96,16 +132,14 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
     if args.gradient == "synthesized" and args.no_synthesis:
         raise UsageError("--gradient synthesized needs synthesis (drop --no-synthesis)")
-    if args.plot and args.plot.suffix.lower() not in (".png", ".svg"):
-        raise UsageError(f"--plot must name a .png or .svg file, got '{args.plot}'")
+    check_outputs(args)
+    check_pipeline_file(args.file)
     job = resolve_pipeline(args.file)
     pred = predict(job, use=args.gradient, synthesize=not args.no_synthesis, min_bubble_s=args.min_bubble_us * 1e-6)
-    lanes = render.lanes_from_prediction(pred.timeline, pred.report)
     title = f"{job.name}: {pred.order.name}, {job.microbatches} micro-batches (predicted)"
     csv_text = format_order(pred.order) if args.schedule_csv else None
-    _write_outputs(args, pred.report, lanes, title)
-    if csv_text is not None:
-        atomic_write(args.schedule_csv, csv_text)
+    _write_outputs(args, pred.report, lambda: render.lanes_from_prediction(pred.timeline, pred.report), title,
+                   csv_text)
     if args.json:
         sys.stdout.write(json.dumps(pred.report, indent=1) + "\n")
     else:
@@ -116,13 +150,10 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 def cmd_bubbles(args: argparse.Namespace) -> int:
     from collc.pipeline.measured import measure
 
-    if args.threshold_us < 0:
-        raise UsageError("--threshold-us must not be negative")
-    if args.plot and args.plot.suffix.lower() not in (".png", ".svg"):
-        raise UsageError(f"--plot must name a .png or .svg file, got '{args.plot}'")
+    check_outputs(args)
     result = measure(args.traces, threshold_us=args.threshold_us)
     title = f"measured: {', '.join(p.name for p in args.traces)}"
-    _write_outputs(args, result.report, result.lanes, title)
+    _write_outputs(args, result.report, lambda: result.lanes, title)
     if args.json:
         sys.stdout.write(json.dumps(result.report, indent=1) + "\n")
     else:

@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collc.diagnostics import CollcError, Span
+from collc.io import read_input_bytes
+from collc.limits import exceeded, int_limit
 from collc.pipeline.schedules import Action, Kind, ScheduleOrder
 
 _ACTION = re.compile(r"(\d+)(F|I|B|W|BW|UNSHARD|RESHARD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)")
 _OVERLAP = re.compile(r"\((.*)\)OVERLAP_F_B")
+_CELL_MARK = re.compile(r"[,()]")
+_BOM = "\ufeff"
 COMPUTE_KINDS = {"F": Kind.F, "B": Kind.B, "I": Kind.I, "W": Kind.W, "BW": Kind.B}
 
 
@@ -68,6 +72,10 @@ def _action(text: str, span: Span) -> CsvAction:
     stage, kind, mb = m.groups()
     if kind in COMPUTE_KINDS and not mb:
         raise ScheduleFileError(f"action '{text}' names no micro-batch", span)
+    for digits in (stage, mb):
+        if len(digits.lstrip("0")) > int_limit("int_digits"):
+            raise ScheduleFileError(f"action '{text[:40]}...' holds a number of {len(digits):,} digits"
+                                    + exceeded("int_digits"), span)
     return CsvAction(int(stage), kind, int(mb) if mb else None)
 
 
@@ -81,7 +89,33 @@ def _cell(text: str, span: Span) -> Cell:
     return _action(text, span)
 
 
+def split_cells(line: str) -> list[str]:
+    """The cells of a row: split on commas outside parentheses (an overlap cell holds
+    `;`, never `,`, but be safe), in one pass over the line."""
+    cells, start, depth = [], 0, 0
+    for m in _CELL_MARK.finditer(line):
+        ch = m.group()
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            cells.append(line[start:m.start()])
+            start = m.end()
+    cells.append(line[start:])
+    return cells
+
+
+def _check_cells(text: str, filename: str) -> None:
+    cells = text.count(",") + text.count("\n") + 1
+    if cells > int_limit("csv_cells"):
+        raise ScheduleFileError(f"the schedule file has about {cells:,} cells" + exceeded("csv_cells"),
+                                Span(filename, 1, 1))
+
+
 def parse_rows(text: str, filename: str) -> CsvSchedule:
+    text = text.removeprefix(_BOM)  # spreadsheet programs write one; it is no cell
+    _check_cells(text, filename)
     newline = "\r\n" if "\r\n" in text else "\n"
     final = text.endswith(newline)
     body = text[: -len(newline)] if final else text
@@ -90,8 +124,7 @@ def parse_rows(text: str, filename: str) -> CsvSchedule:
         if '"' in line:
             raise ScheduleFileError("quoted cells are not pipeline actions", Span(filename, line_no, line.index('"') + 1))
         cells, col = [], 1
-        # Split on commas outside parentheses: an overlap cell holds `;`, never `,`, but be safe.
-        for raw in re.split(r",(?![^(]*\))", line):
+        for raw in split_cells(line):
             cells.append(_cell(raw.strip(), Span(filename, line_no, col, line_no, col + max(1, len(raw)))))
             col += len(raw) + 1
         rows.append(tuple(cells))
@@ -105,11 +138,22 @@ def format_rows(schedule: CsvSchedule) -> str:
 
 def read_csv(path: str | Path) -> CsvSchedule:
     path = Path(path)
+    data = read_input_bytes(path, "schedule file", int_limit("csv_cells") * 64)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScheduleFileError(f"cannot read schedule file '{path}': {exc}", Span(str(path), 1, 1)) from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScheduleFileError(f"cannot read schedule file '{path}': it is not UTF-8 (byte 0x{data[exc.start]:02X} at "
+                                f"byte offset {exc.start})", Span(str(path), 1, 1)) from None
     return parse_rows(text, str(path))
+
+
+def _check_numbers(a: CsvAction, most_stages: int, most_mb: int, span: Span) -> None:
+    if a.stage >= most_stages:
+        raise ScheduleFileError(f"action {a} names stage {a.stage:,}, more than the rows' ranks can hold"
+                                + exceeded("model_chunks"), span)
+    assert a.microbatch is not None
+    if a.microbatch >= most_mb:
+        raise ScheduleFileError(f"action {a} names micro-batch {a.microbatch:,}" + exceeded("microbatches"), span)
 
 
 def to_order(schedule: CsvSchedule, filename: str, name: str, microbatches: int | None = None,
@@ -124,6 +168,8 @@ def to_order(schedule: CsvSchedule, filename: str, name: str, microbatches: int 
     stage_rank: dict[int, int] = {}
     actions: list[list[Action]] = []
     top_mb = -1
+    most_stages = len(rows) * int_limit("model_chunks")
+    most_mb = int_limit("microbatches")
     for r, row in enumerate(rows):
         seq: list[Action] = []
         for cell in row:
@@ -131,6 +177,7 @@ def to_order(schedule: CsvSchedule, filename: str, name: str, microbatches: int 
             for a in parts:
                 if a.kind not in COMPUTE_KINDS:
                     continue
+                _check_numbers(a, most_stages, most_mb, Span(filename, r + 1, 1))
                 owner = stage_rank.setdefault(a.stage, r)
                 if owner != r:
                     raise ScheduleFileError(f"stage {a.stage} appears on rank {owner} and rank {r}",
@@ -144,6 +191,9 @@ def to_order(schedule: CsvSchedule, filename: str, name: str, microbatches: int 
     split = {(a.stage, a.microbatch) for seq in actions for a in seq if a.kind is Kind.W}
     actions = [[Action(a.stage, Kind.I, a.microbatch) if a.kind is Kind.B and (a.stage, a.microbatch) in split
                 else a for a in seq] for seq in actions]
+    if not stage_rank:
+        raise ScheduleFileError("the schedule file has no compute actions (F, B, I, W or BW): nothing to time",
+                                Span(filename, 1, 1))
     stages = max(stage_rank) + 1
     missing = sorted(set(range(stages)) - set(stage_rank))
     if missing:

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from collc.diagnostics import CollcError, Span
+from collc.io import check_input_file
+from collc.limits import int_limit
 from collc.pipeline.render import Interval, Lane
-from collc.traces.chrome import ChromeTrace
+from collc.traces.chrome import ChromeTrace, event_interval
 
 _TRANSFER_WORDS = ("sendrecv", "send", "recv", "all_to_all", "alltoall")
 
@@ -63,56 +65,111 @@ def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def _collective_name(event: dict[str, Any]) -> str:
-    args = event.get("args") or {}
-    name = args.get("Collective name")
+    args = event.get("args")
+    name = args.get("Collective name") if isinstance(args, dict) else None
     return str(name) if name else str(event.get("name", "nccl"))
 
 
-def read_rank_traces(path: Path) -> list[RankTrace]:
-    """One RankTrace per GPU the trace has kernels on (normally one)."""
-    if not Path(path).is_file():
-        raise CollcError(f"cannot read trace '{path}': no such file", Span(str(path), 1, 1))
+def read_rank_traces(path: Path, notes: list[str] | None = None) -> list[RankTrace]:
+    """One RankTrace per GPU the trace has kernels on (normally one). Events whose
+    figures no profiler writes (a negative or day-long duration, a timestamp past any
+    clock, a device number that is not one) are left out and counted in `notes`."""
+    check_input_file(path, "trace")
     try:
-        return _read(path)
+        return _read(path, notes if notes is not None else [])
     except OSError as exc:
         raise CollcError(f"cannot read trace '{path}': {exc.strerror or exc}", Span(str(path), 1, 1)) from None
 
 
-def _read(path: Path) -> list[RankTrace]:
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _device(value: Any) -> int | None:
+    """A device number as Kineto writes it (an integer, or a string of one), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 6:
+        value = int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 <= value < int_limit("ranks"):
+        return value
+    return None
+
+
+class _Skipped:
+    """Events left out, by reason, for the report's notes."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def notes(self, path: Path) -> list[str]:
+        return [f"{path}: {n:,} kernel or memory event{'s' if n != 1 else ''} left out ({reason})"
+                for reason, n in sorted(self.counts.items())]
+
+
+def _read(path: Path, notes: list[str]) -> list[RankTrace]:
     trace = ChromeTrace(path)
     kernels: dict[int, list[tuple[float, float]]] = {}
     nccl: dict[int, list[tuple[float, float, str]]] = {}
     memory: dict[int, list[tuple[float, int]]] = {}
+    skipped = _Skipped()
     for ev in trace.events():
         cat, name = ev.get("cat"), ev.get("name")
         if cat == "kernel" and ev.get("ph") == "X":
-            try:
-                ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
-            except (KeyError, TypeError, ValueError):
-                raise CollcError(f"kernel event '{name}' has no numeric ts/dur", Span(str(path), 1, 1)) from None
-            device = int((ev.get("args") or {}).get("device", 0))
+            if "ts" not in ev or not isinstance(ev["ts"], (int, float)):
+                raise CollcError(f"kernel event '{str(name)[:80]}' at {trace.location()} has no numeric ts",
+                                 Span(str(path), 1, 1))
+            times = event_interval(ev["ts"], ev.get("dur", 0.0))
+            device = _device(_as_dict(ev.get("args")).get("device", 0))
+            if isinstance(times, str) or device is None:
+                skipped.add(times if isinstance(times, str) else "device is not a device number")
+                continue
             if str(name).lower().startswith("nccl"):
-                nccl.setdefault(device, []).append((ts, ts + dur, _collective_name(ev)))
+                nccl.setdefault(device, []).append((*times, _collective_name(ev)))
             else:
-                kernels.setdefault(device, []).append((ts, ts + dur))
+                kernels.setdefault(device, []).append(times)
         elif name == "[memory]":
-            args = ev.get("args") or {}
+            args = _as_dict(ev.get("args"))
             if args.get("Device Type") == 1 and "Total Reserved" in args:
-                memory.setdefault(int(args.get("Device Id", 0)), []).append((float(ev["ts"]), int(args["Total Reserved"])))
+                entry = _memory_entry(ev, args)
+                if entry is None:
+                    skipped.add("memory figures out of range")
+                    continue
+                memory.setdefault(entry[0], []).append(entry[1])
+    notes.extend(skipped.notes(path))
     meta = trace.metadata
-    rank = (meta.get("distributedInfo") or {}).get("rank")
-    totals = {int(d.get("id", i)): d.get("totalGlobalMem") for i, d in enumerate(meta.get("deviceProperties") or [])}
+    rank = _as_dict(meta.get("distributedInfo")).get("rank")
+    props = meta.get("deviceProperties")
+    totals = {}
+    for i, d in enumerate(props if isinstance(props, list) else []):
+        d = _as_dict(d)
+        dev, total = _device(d.get("id", i)), d.get("totalGlobalMem")
+        if dev is not None and isinstance(total, int) and 0 < total <= int_limit("size_bytes"):
+            totals[dev] = total
     devices = sorted(set(kernels) | set(nccl))
     if not devices:
         raise CollcError("the trace has no GPU kernels (is it a Kineto trace with CUDA activities?)",
                          Span(str(path), 1, 1))
     out = []
     for d in devices:
-        total = totals.get(d)
-        out.append(RankTrace(path, rank if isinstance(rank, int) else None, d, _merge(kernels.get(d, [])),
-                             sorted(nccl.get(d, [])), sorted(memory.get(d, [])),
-                             int(total) if total is not None else None))
+        out.append(RankTrace(path, rank if isinstance(rank, int) and 0 <= rank < int_limit("ranks") else None, d,
+                             _merge(kernels.get(d, [])), sorted(nccl.get(d, [])), sorted(memory.get(d, [])),
+                             totals.get(d)))
     return out
+
+
+def _memory_entry(ev: dict[str, Any], args: dict[str, Any]) -> tuple[int, tuple[float, int]] | None:
+    device, reserved, ts = _device(args.get("Device Id", 0)), args.get("Total Reserved"), ev.get("ts")
+    times = event_interval(ts, 0)
+    if device is None or isinstance(times, str) or not isinstance(reserved, int) \
+            or not 0 <= reserved <= int_limit("size_bytes"):
+        return None
+    return device, (times[0], reserved)
 
 
 def _free_bytes(rt: RankTrace, start: float, end: float) -> int | None:
@@ -155,7 +212,8 @@ class Measurement:
 
 def measure(paths: list[Path], threshold_us: float = 100.0) -> Measurement:
     """Bubbles longer than `threshold_us` microseconds (Kineto's unit, kept exact)."""
-    ranks = [rt for p in paths for rt in read_rank_traces(p)]
+    notes: list[str] = []
+    ranks = [rt for p in paths for rt in read_rank_traces(p, notes)]
     t0 = min(rt.start for rt in ranks)
     t1 = max(rt.end for rt in ranks)
     step = t1 - t0
@@ -188,5 +246,5 @@ def measure(paths: list[Path], threshold_us: float = 100.0) -> Measurement:
               "step_us": step,
               "bubble_fraction": idle / (step * len(stages)) if step > 0 else 0.0,
               "bubble_fraction_of_ideal": idle / busy_all if busy_all > 0 else None,
-              "stages": stages}
+              "stages": stages, "notes": notes}
     return Measurement(report, lanes)

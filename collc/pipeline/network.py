@@ -18,7 +18,6 @@ from collc import frontend
 from collc.analysis.simulate import Router
 from collc.api import time_collective
 from collc.diagnostics import CollcError
-from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import Topology
 from collc.ir.pipeline import GradientCollective, PipelineJob
 from collc.native_output import native_stdout_to_stderr
@@ -30,8 +29,11 @@ def transfer_s(router: Router, src_rank: int, dst_rank: int, nbytes: int) -> flo
     """Alpha-beta time of `nbytes` from one GPU to another on the simulator's default path."""
     if src_rank == dst_rank or nbytes == 0:
         return 0.0
-    probe = Op(0, OpKind.COPY, Loc(src_rank, Buffer.INPUT, 0), Loc(dst_rank, Buffer.OUTPUT, 0))
-    path = router.path_for(probe)
+    path = router.path_between(src_rank, dst_rank)
+    if path is None:
+        topo = router.topology
+        raise CollcError(f"no path from {topo.gpu(src_rank).name} to {topo.gpu(dst_rank).name} crosses only "
+                         "switches and NICs")
     return path.latency + nbytes / path.bottleneck
 
 

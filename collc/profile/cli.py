@@ -12,7 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from collc.argtypes import finite_float, output_path
 from collc.diagnostics import CollcError, UsageError
+from collc.io import check_input_file
 
 DEFAULT_ROWS = 25
 
@@ -21,7 +23,7 @@ def add_commands(subparsers) -> None:
     c = subparsers.add_parser("profile", help="the collective mix of a job's traces (NCCL logs, Kineto, Chakra, "
                                               "NCCL profiler dumps)")
     c.add_argument("traces", nargs="+", metavar="TRACE", help="trace files, or directories of per-rank files")
-    c.add_argument("--json", metavar="OUT", help="write the whole result as JSON")
+    c.add_argument("--json", metavar="OUT", type=output_path, help="write the whole result as JSON")
     c.add_argument("--plot", metavar="DIR", help="write pictures (PNG and SVG) into DIR")
     c.add_argument("--topology", metavar="T", help='map the job onto a cluster: a stdlib topology ("dgx1", '
                                                    '"ndv2(chassis=2)") or FILE.coll[:name(args)]')
@@ -29,7 +31,7 @@ def add_commands(subparsers) -> None:
                    help="global rank i runs on the topology's GPU Gi (default: launch order, i on GPU i)")
     c.add_argument("--library", metavar="DIR", help="write an MSCCL XML algorithm directory for the sizes that "
                                                     "matter (needs --topology)")
-    c.add_argument("--time-limit", type=float, default=None, dest="time_limit", metavar="S",
+    c.add_argument("--time-limit", type=finite_float(0, lo_open=True), default=None, dest="time_limit", metavar="S",
                    help="solver seconds per synthesized size band (default 2)")
     c.add_argument("--nccl-tests", action="store_true", dest="nccl_tests",
                    help="print nccl-tests commands that replay the mix")
@@ -89,8 +91,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     _check_outputs(args)
     for t in args.traces:
-        if not Path(t).exists():
-            raise CollcError(f"{t}: no such file or directory")
+        if not Path(t).is_dir():
+            check_input_file(t, "trace")
     with _progress_bar(args, "reading trace files") as progress:
         traces = read_traces(args.traces, workers=args.workers, scheduler=args.scheduler, progress=progress)
     if not traces.calls:

@@ -36,6 +36,7 @@ from collc.diagnostics import CollcError, UsageError
 from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
+from collc.limits import exceeded, int_limit
 from collc.profile.mix import P2P, Mix, per_iteration
 from collc.traces.parallel_files import process_pool
 
@@ -214,6 +215,8 @@ def _members_of(mix: Mix, comm: str, nranks: int, notes: set[str]) -> tuple[int,
     info = mix.communicators.get(comm)
     if info is not None and info.ranks and len(info.ranks) == nranks:
         return tuple(info.ranks)
+    if nranks > int_limit("ranks"):  # the readers skip such records; a last guard before range()
+        raise CollcError(f"communicator {comm} has {nranks:,} ranks" + exceeded("ranks"))
     if nranks != mix.world_size:
         notes.add(f"communicator {comm}: members unknown; assumed ranks 0..{nranks - 1}")
     return tuple(range(nranks))

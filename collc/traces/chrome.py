@@ -18,6 +18,7 @@ of the decompressed stream) of the event that does not parse.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import orjson
 
 from ..diagnostics import CollcError, Span
+from ..limits import limit
 from .detect import TraceSource
 
 CHUNK_BYTES = 8 << 20          # bytes read per step; a chunk's parsed events stay well under 100 MB
@@ -37,6 +39,13 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _EVENT_CLOSE = re.compile(rb"\}(?=\s*[,\]])")
 _WHITESPACE = b" \t\r\n"
+_BLANKS = re.compile(rb"[ \t\r\n]*")
+
+
+def _skip_blanks(data: bytes, pos: int) -> int:
+    """The first position at or after `pos` that is not whitespace (a regular expression,
+    not a loop over bytes: a trace padded with 200 MiB of blanks is skipped at C speed)."""
+    return _BLANKS.match(data, pos).end()  # type: ignore[union-attr]
 
 
 class _ArrayEnds(Exception):
@@ -132,6 +141,17 @@ class ChromeTrace:
                              Span(self.source.name, 1, 1),
                              notes=(f"after {offset} bytes of decompressed data",)) from None
 
+    def _read_folded(self, f: BinaryIO, n: int, offset: int) -> bytes:
+        """A chunk past the header, where a chunk of nothing but whitespace is folded to
+        its line breaks: the buffer a padded trace is searched in then stays a chunk or
+        two long, so 1 GiB of blanks (from a 1 MB gzip) is read in seconds, not searched
+        again at every chunk. Lines stay exact; byte offsets past a fold count it as its
+        line breaks."""
+        chunk = self._read(f, n, offset)
+        if chunk and not chunk.translate(None, _WHITESPACE):
+            return b" " + b"\n" * chunk.count(b"\n")
+        return chunk
+
     def _read_header(self, f: BinaryIO) -> tuple[bytes, int | None]:
         """The bytes read so far and where the first event may start (None: use ijson)."""
         data = b""
@@ -155,7 +175,9 @@ class ChromeTrace:
                 return data, m.end()
             if not chunk or len(data) > HEADER_LIMIT:
                 if not stripped:
-                    raise CollcError("empty trace file", Span(self.source.name, 1, 1))
+                    what = "empty trace file" if not chunk else \
+                        f"the trace holds nothing but whitespace in its first {HEADER_LIMIT >> 20} MiB"
+                    raise CollcError(what, Span(self.source.name, 1, 1))
                 return data, None
 
     def _stream(self, f: BinaryIO, data: bytes, start: int, needle_re: re.Pattern | None,
@@ -167,7 +189,7 @@ class ChromeTrace:
         eof = False
         while True:
             if not eof and len(data) - pos < CHUNK_BYTES:   # keep a chunk ahead of pos
-                chunk = self._read(f, CHUNK_BYTES, data_offset + len(data))
+                chunk = self._read_folded(f, CHUNK_BYTES, data_offset + len(data))
                 if chunk:
                     line_base += data.count(b"\n", 0, pos)
                     data_offset += pos
@@ -176,8 +198,7 @@ class ChromeTrace:
                 else:
                     eof = True
             self._data, self._data_offset, self._line_base = data, data_offset, line_base
-            while pos < len(data) and data[pos] in _WHITESPACE:
-                pos += 1
+            pos = _skip_blanks(data, pos)
             if pos >= len(data):
                 if eof:
                     raise self._error("truncated trace: the traceEvents array is not closed",
@@ -208,7 +229,7 @@ class ChromeTrace:
             except _ArrayEnds as ends:
                 # What looked like separators lies after the end of traceEvents.
                 while not eof:
-                    chunk = self._read(f, CHUNK_BYTES, data_offset + len(data))
+                    chunk = self._read_folded(f, CHUNK_BYTES, data_offset + len(data))
                     data += chunk
                     eof = not chunk
                 end = yield from self._final_events(data, ends.start, data_offset, line_base,
@@ -220,7 +241,7 @@ class ChromeTrace:
                 if eof:
                     raise self._error("truncated or malformed trace event", data_offset + pos,
                                       data, data_offset, line_base)
-                chunk = self._read(f, CHUNK_BYTES, data_offset + len(data))
+                chunk = self._read_folded(f, CHUNK_BYTES, data_offset + len(data))
                 data += chunk
                 eof = not chunk
             pos = new_pos
@@ -350,8 +371,7 @@ class ChromeTrace:
         (a list of objects among the trailing keys) could pass for events, so no cut is
         trusted; each event ends at the first `}` before `,` or `]` where it parses."""
         while True:
-            while pos < len(data) and data[pos] in _WHITESPACE:
-                pos += 1
+            pos = _skip_blanks(data, pos)
             if pos < len(data) and data[pos] == 0x5D:          # "]"
                 return pos + 1
             if pos >= len(data) or data[pos] != 0x7B:          # "{"
@@ -376,8 +396,7 @@ class ChromeTrace:
                 self._event_line = 0
                 yield event
             pos = end
-            while pos < len(data) and data[pos] in _WHITESPACE:
-                pos += 1
+            pos = _skip_blanks(data, pos)
             if pos < len(data) and data[pos] == 0x2C:          # ","
                 pos += 1
 
@@ -388,7 +407,7 @@ class ChromeTrace:
         if not eof:
             parts = [rest]
             while True:
-                chunk = self._read(f, CHUNK_BYTES, data_offset + len(data))
+                chunk = self._read_folded(f, CHUNK_BYTES, data_offset + len(data))
                 if not chunk:
                     break
                 parts.append(chunk)
@@ -433,6 +452,26 @@ class ChromeTrace:
         except (EOFError, zlib.error) as e:
             raise CollcError(f"truncated or corrupt compressed trace: {e}",
                              Span(self.source.name, 1, 1)) from None
+
+
+# A timestamp past this many microseconds (~31,700 years after 1970) is no clock's.
+MAX_TIMESTAMP_US = 1e18
+
+
+def event_interval(ts: Any, dur: Any) -> tuple[float, float] | str:
+    """An event's (start, end) in microseconds, or why no profiler wrote it: a field that
+    is not a number, a timestamp past any clock, a negative duration or one past
+    COLLC_LIMIT_DURATION. Readers leave such events out and count them."""
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ts, dur)):
+        return "non-numeric ts or dur"
+    ts, dur = float(ts), float(dur)
+    if not (math.isfinite(ts) and abs(ts) <= MAX_TIMESTAMP_US):
+        return "timestamp out of range"
+    if dur < 0:
+        return "negative duration"
+    if not dur <= limit("duration") * 1e6:
+        return "duration out of range"
+    return ts, ts + dur
 
 
 def iter_events(path: str | Path | TraceSource, prefilter: Iterable[bytes] | None = None

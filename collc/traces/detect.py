@@ -33,18 +33,30 @@ class TraceSource:
     """Where a reader gets its bytes: a file, or a member of an archive (read in memory).
 
     `name` is what errors and summaries show (`archive.tgz:member.json` for a member);
-    `open()` gives the bytes, gunzipped where they start with the gzip magic.
+    `open()` gives the bytes, gunzipped where they start with the gzip magic, without a
+    leading UTF-8 byte-order mark (editors and spreadsheet programs write one; no JSON
+    reader takes it).
     """
 
     name: str
     opener: Callable[[], BinaryIO]
 
     def open(self) -> BinaryIO:
-        return _maybe_gunzip(self.opener())
+        return _skip_bom(_maybe_gunzip(self.opener()))
 
     @classmethod
     def file(cls, path: str | Path) -> "TraceSource":
         return cls(str(path), lambda: open(path, "rb"))
+
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _skip_bom(f: BinaryIO) -> BinaryIO:
+    peek = getattr(f, "peek", None)
+    if peek is not None and peek(3)[:3] == UTF8_BOM:
+        f.read(3)
+    return f
 
 
 def _maybe_gunzip(f: BinaryIO) -> BinaryIO:
@@ -87,7 +99,7 @@ def detect_bytes(head: bytes) -> str | None:
         return fmt
     if _NCCL_LOG_LINE.search(head):
         return "nccl-log"
-    if _looks_like_chakra_et(head):
+    if _looks_like_chakra_et(head) and head.strip():  # blank lines start like a record
         return "chakra-et"
     return None
 
@@ -146,6 +158,9 @@ def detect(source: TraceSource | str | Path) -> str:
         # A text file whose first NCCL line comes after much other output.
         if _NCCL_LOG_LINE.search(read_head(source, LOG_SCAN_BYTES)):
             fmt = "nccl-log"
+    if fmt is None and not head.strip():
+        raise CollcError("the file holds nothing but blank lines and spaces: it is no trace",
+                         Span(source.name, 1, 1))
     if fmt is None:
         raise CollcError("not a trace format collc reads (NCCL debug log, Kineto/Chrome trace, "
                          "Chakra trace, NCCL profiler or Inspector output)", Span(source.name, 1, 1))

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..diagnostics import CollcError, Span
-from .chrome import ChromeTrace
+from ..limits import int_limit
+from .chrome import ChromeTrace, event_interval
 from .collectives import collective_from_c10d, kernel_name_collective, nccl_tests_bytes
 from .detect import TraceSource
 from .records import CollectiveCall, SourceSummary, TraceContext
@@ -79,10 +80,25 @@ class _Metadata:
 
 
 def _int(v: Any) -> int | None:
-    try:
-        return int(v) if v is not None and v != "" else None
-    except (TypeError, ValueError):
+    """An integer field (a number or a string of one) that fits 64 bits, else None."""
+    if isinstance(v, str) and len(v) > 20:
         return None
+    try:
+        value = int(v) if v is not None and v != "" else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return value if value is None or abs(value) < 1 << 63 else None
+
+
+def _args(event: dict[str, Any]) -> dict[str, Any]:
+    args = event.get("args")
+    return args if isinstance(args, dict) else {}
+
+
+def _thread_key(event: dict[str, Any]) -> tuple[Any, Any]:
+    """(pid, tid) as dictionary keys: a list or an object there is shown, not hashed."""
+    return tuple(v if isinstance(v, (int, float, str, type(None))) else repr(v)[:64]  # type: ignore[return-value]
+                 for v in (event.get("pid"), event.get("tid")))
 
 
 def metadata_from_args(args: dict[str, Any]) -> _Metadata | None:
@@ -152,11 +168,10 @@ class _CpuOps:
         self._by_thread: dict[tuple[Any, Any], list[tuple[float, float, dict[str, Any]]]] = {}
 
     def add(self, event: dict[str, Any]) -> None:
-        ts, dur = event.get("ts"), event.get("dur")
-        if ts is None or dur is None:
+        interval = event_interval(event.get("ts"), event.get("dur"))
+        if isinstance(interval, str):
             return
-        key = (event.get("pid"), event.get("tid"))
-        self._by_thread.setdefault(key, []).append((float(ts), float(ts) + float(dur), event))
+        self._by_thread.setdefault(_thread_key(event), []).append((*interval, event))
 
     def seal(self) -> None:
         for ops in self._by_thread.values():
@@ -193,11 +208,12 @@ class _Launches:
         self._thread_keys: list[tuple[Any, Any]] = []
 
     def add(self, event: dict[str, Any]) -> None:
-        corr = _int((event.get("args") or {}).get("correlation"))
-        ts = event.get("ts")
-        if corr is None or ts is None:
+        corr = _int(_args(event).get("correlation"))
+        interval = event_interval(event.get("ts"), 0)
+        if corr is None or isinstance(interval, str):
             return
-        key = (event.get("pid"), event.get("tid"))
+        ts = interval[0]
+        key = _thread_key(event)
         idx = self._threads.get(key)
         if idx is None:
             idx = self._threads[key] = len(self._thread_keys)
@@ -233,15 +249,19 @@ def read_kineto(source: TraceSource, summary: SourceSummary, context: TraceConte
             if "ts" not in event or "dur" not in event:
                 raise CollcError(f"NCCL kernel event without ts/dur: {name[:60]}",
                                  _span(source, trace))
-            args = event.get("args") or {}
-            kernels.append(_Kernel(name, float(event["ts"]), float(event["dur"]),
+            interval = event_interval(event["ts"], event["dur"])
+            if isinstance(interval, str):
+                summary.skip(f"NCCL kernel with a {interval}")
+                continue
+            args = _args(event)
+            kernels.append(_Kernel(name, interval[0], interval[1] - interval[0],
                                    _int(args.get("correlation")), trace.location(),
                                    metadata_from_args(args)))
         elif name.startswith("nccl:") and cat in ("user_annotation", "cpu_op"):
             nccl_ops.add(event)
         elif name == "record_param_comms" and cat == "cpu_op":
             param_ops.add(event)
-            if isinstance((event.get("args") or {}).get("Collective name"), str):
+            if isinstance(_args(event).get("Collective name"), str):
                 cpu_records.append((event, trace.location()))
         elif cat in ("cuda_runtime", "cuda_driver", "hip_runtime", "runtime") and "LaunchKernel" in name:
             launches.add(event)
@@ -264,6 +284,9 @@ def _distributed_info(meta: dict[str, Any], context: TraceContext) -> tuple[int 
     if not isinstance(info, dict):
         return None, None
     rank, world = _int(info.get("rank")), _int(info.get("world_size"))
+    ranks_limit = int_limit("ranks")
+    rank = rank if rank is not None and 0 <= rank < ranks_limit else None
+    world = world if world is not None and 0 < world <= ranks_limit else None
     context.saw_world_size(world)
     for pg in info.get("pg_config") or []:
         if isinstance(pg, dict) and pg.get("pg_name") is not None:

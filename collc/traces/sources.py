@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..diagnostics import CollcError, Span
+from ..io import check_input_file
 from .detect import TraceSource, detect, detect_bytes, read_head
 from .columns import to_columns
 from .parallel_files import FileResult, Progress, combine, local_workers, read_dask, read_local
@@ -67,10 +68,9 @@ def trace_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
             for sub in sorted(path.rglob("*")):
                 if sub.is_file() and not _ignored(sub.name):
                     files.append(sub)
-        elif path.exists():
+        else:  # a FIFO or a device would block or never end: only regular files are read
+            check_input_file(path, "trace")
             files.append(path)
-        else:
-            raise CollcError("no such file or directory", Span(str(path), 1, 1))
     return files
 
 

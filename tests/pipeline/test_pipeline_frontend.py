@@ -87,7 +87,7 @@ def test_gpus_by_name_and_schedule_from_csv(tmp_path):
     (("{1 ms, 1 ms, 1 ms, 1.5 ms}", "{1 ms, 1 ms, 1.5 ms}"), "lists 3 values but the pipeline has 4 stages", 8, 15),
     (("backward = 2 ms;", "backward = 2 MiB;"), "`backward` must be a time", 9, 16),
     (('"1f1b"', '"1f1bb"'), "unknown schedule '1f1bb'.*did you mean '1f1b'", 7, 16),
-    (('"1f1b"', '"missing.csv"'), "cannot find schedule file", 7, 16),
+    (('"1f1b"', '"missing.csv"'), "no such file", 7, 16),
     (("gradients = 64 MB;", "gradients = 64 MB;\n    device_memory = 1 GiB;\n    weights = 2 GiB;"),
      "exceed|more than the device", 12, 21),
     (("gradients = 64 MB;", "gradients = 64 MB;\n    chunks = 2;"), "applies to the interleaved schedule", 12, 14),

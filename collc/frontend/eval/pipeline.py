@@ -32,6 +32,8 @@ from collc.frontend.runner import bind_args, called_from, evaluate_args, instanc
 from collc.frontend.values import NUMBER, SIZE, TIME, Quantity, dim_of, format_value, type_word
 from collc.ir.pipeline import GradientCollective, MemoryModel, PipelineJob, ScheduleKind
 from collc.ir.topology import NodeKind, Topology
+from collc.io import InputError, check_input_file
+from collc.limits import exceeded, int_limit, limit
 
 
 # --- evaluation ------------------------------------------------------------------------
@@ -75,6 +77,11 @@ def _magnitude(value: Any, dim: tuple[int, int], span: Span, name: str) -> float
     x = float(value.value if isinstance(value, Quantity) else value)
     if x < 0:
         raise CollcError(f"`{name}` must not be negative, got {format_value(value)}", span)
+    # The language's limits hold for what a pipeline says too: a time past a day or a
+    # size past any GPU's memory is a typo, and would print figures of hundreds of digits.
+    bound = "duration" if dim == TIME else "size_bytes"
+    if not x <= limit(bound):
+        raise CollcError(f"`{name}` is {format_value(value)}" + exceeded(bound), span)
     return x
 
 
@@ -190,8 +197,10 @@ def _build_job(module: Module, defn: ast.PipelineDef, bound, topology: Topology,
         csv_path = Path(sched_text)
         if not csv_path.is_absolute():
             csv_path = module.path.parent / csv_path
-        if not csv_path.is_file():
-            raise CollcError(f"cannot find schedule file '{sched_text}' (looked for {csv_path})", v.span("schedule"))
+        try:
+            check_input_file(csv_path, "schedule file")
+        except InputError as err:  # located at the setting, which names the file
+            raise CollcError(err.message, v.span("schedule")) from None
     else:
         names = [k.value for k in ScheduleKind if k is not ScheduleKind.CSV]
         if sched_text not in names:
@@ -200,6 +209,7 @@ def _build_job(module: Module, defn: ast.PipelineDef, bound, topology: Topology,
                              + (f"; did you mean '{hint}'?" if hint else ""), v.span("schedule"))
         kind = ScheduleKind(sched_text)
     chunks = _count(v, "chunks", 1, 1)
+    _check_size(v, p, microbatches, chunks)
     if chunks > 1 and kind is not ScheduleKind.INTERLEAVED:
         raise CollcError(f"`chunks` applies to the interleaved schedule, not to {sched_text}", v.span("chunks"))
     forward = _per_stage(v, "forward", TIME, p)
@@ -222,6 +232,19 @@ def _build_job(module: Module, defn: ast.PipelineDef, bound, topology: Topology,
     name = instance_name(defn, bound)  # type: ignore[arg-type]
     return PipelineJob(name, topology, gpus, microbatches, kind, chunks, forward, backward, weight, activations,
                        gradients, gcoll, memory, csv_path, defn.span, spans)
+
+
+def _check_size(v: _Values, stages: int, microbatches: int, chunks: int) -> None:
+    """Micro-batches, chunks and their product with the stages within collc's limits:
+    the timeline holds every (stage, micro-batch) of every chunk."""
+    if microbatches > int_limit("microbatches"):
+        raise CollcError(f"{microbatches:,} micro-batches" + exceeded("microbatches"), v.span("microbatches"))
+    if chunks > int_limit("model_chunks"):
+        raise CollcError(f"{chunks:,} model chunks per stage" + exceeded("model_chunks"), v.span("chunks"))
+    pairs = stages * microbatches * chunks
+    if pairs > int_limit("pipeline_actions"):
+        raise CollcError(f"{stages:,} stages x {microbatches:,} micro-batches x {chunks} chunks is too large a step"
+                         + exceeded("pipeline_actions", f"{pairs:,}"), v.span("microbatches"))
 
 
 def _memory(v: _Values, p: int, gradients: tuple[int, ...]) -> MemoryModel | None:

@@ -20,6 +20,7 @@ from array import array
 from itertools import repeat
 
 from ...diagnostics import CollcError, Span
+from ...limits import int_limit
 from ..collectives import COLLECTIVE_OPS, call_sizes
 from ..records import CollectiveCall, SourceSummary, TraceContext
 
@@ -276,13 +277,19 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
                     shapes.clear()
                 sid = shapes[key] = _coll_shape(m.groups(), pre, state)
             if sid < 0:
-                summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})")
+                summary.skip(f"COLL line of an unknown operation ({op.decode(errors='replace')})" if sid == -1
+                             else "COLL line with a count, size or rank past collc's limits")
                 continue
             seq = seqs.get(opcount)
             if seq is None:
                 if len(seqs) > 100_000:
                     seqs.clear()
-                seq = seqs[opcount] = int(opcount, 16)
+                try:
+                    seq = int(opcount, 16)
+                except ValueError:      # `x`, `0x`: the pattern takes NCCL's hex with or without 0x
+                    summary.skip("COLL line whose opCount is not a number")
+                    continue
+                seqs[opcount] = seq
             add_id(sid)
             add_line(line)
             add_seq(seq)
@@ -469,24 +476,40 @@ def _host_name(host: bytes) -> str:
 
 
 def _init_line(g: tuple, pre: bytes, state: State) -> None:
-    comm_id, nranks = apply_init(g, pre, state.comms, state.process_rank)
+    init = apply_init(g, pre, state.comms, state.process_rank)
+    if init is None:
+        state.summary.skip("INIT line with a rank or size past collc's ranks limit")
+        return
+    comm_id, nranks = init
     state.shapes.clear()
     state.saw_comm(comm_id, nranks)
 
 
-def apply_init(g: tuple, pre: bytes, comms: dict, process_rank: dict) -> tuple[str | None, int]:
+def bounded_int(digits: bytes | None, most: int) -> int | None:
+    """The number written by `digits` if it is at most `most` (None past it): checked on
+    the text's length first, so a 10,000-digit field is never converted."""
+    if digits is None or len(digits.lstrip(b"-0")) > len(str(most)):
+        return None
+    value = int(digits)
+    return value if abs(value) <= most else None
+
+
+def apply_init(g: tuple, pre: bytes, comms: dict, process_rank: dict) -> tuple[str | None, int] | None:
     """What an INIT line (the groups `g` of its match, `pre` the text before `NCCL INFO`)
     tells later COLL lines: its comm's rank, size and id into `comms`, the process's
-    rank into `process_rank`. Returns (communicator id or None, nranks)."""
+    rank into `process_rank`. Returns (communicator id or None, nranks), or None (and
+    changes nothing) for a line whose size or rank is past collc's ranks limit."""
+    nranks = bounded_int(g[_INRANKS], int_limit("ranks"))
+    rank = bounded_int(g[_IRANK], int_limit("ranks"))
+    if nranks is None or rank is None or nranks < 1:
+        return None
     host, pid, _tid, _rank, _ts = _process(pre)
     cid = _COMM_ID.search(g[_INITREST])
     comm_id = cid.group("id").decode() if cid else None
-    nranks = int(g[_INRANKS])
     key = (pid, g[ICOMM])
     before = comms.get(key)
     if comm_id is None and before is not None:
         comm_id = before[2]          # "Destroy COMPLETE" lines repeat the comm without commId
-    rank = int(g[_IRANK])
     comms[key] = (rank, nranks, comm_id)
     if nranks > process_rank.get(pid, (0, 0))[0]:
         process_rank[pid] = (nranks, rank)
@@ -501,24 +524,35 @@ def _coll_shape(g: tuple, pre: bytes, state: State) -> int:
     shape = _shape(g, host, pid, g[_COMM], rank, state)
     if shape is _UNKNOWN_OP:
         return -1
-    peer = int(g[_ROOT]) if shape[0] in ("send", "recv") else None
+    if shape is _OUT_OF_RANGE:
+        return -2
+    peer = bounded_int(g[_ROOT], int_limit("ranks")) if shape[0] in ("send", "recv") else None
     state.shape_list.append(((pid, tid), *shape, peer))
     return len(state.shape_list) - 1
 
 
 _UNKNOWN_OP = object()
+_OUT_OF_RANGE = object()   # a count, size, rank or datatype no NCCL call has
 
 
 def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None, state: State):
     coll = COLLECTIVE_OPS.get(g[_OP])
     if coll is None:
         return _UNKNOWN_OP
-    dtype_code = int(g[_DTYPE])
+    ranks_limit = int_limit("ranks")
+    dtype_code = bounded_int(g[_DTYPE], 1 << 16)
+    count = bounded_int(g[_COUNT], int_limit("size_bytes"))
+    if dtype_code is None or count is None:
+        return _OUT_OF_RANGE
     dtype, size = DATATYPES.get(dtype_code, (f"datatype {dtype_code}", None))
     known = state.comms.get((pid, comm_ptr))
-    nranks = int(g[_NRANKS]) if g[_NRANKS] is not None else (known[1] if known else None)
+    nranks = bounded_int(g[_NRANKS], ranks_limit) if g[_NRANKS] is not None else (known[1] if known else None)
+    if nranks is None and g[_NRANKS] is not None:
+        return _OUT_OF_RANGE
     if g[_GRANK] is not None:
-        rank = int(g[_GRANK])
+        rank = bounded_int(g[_GRANK], ranks_limit)
+        if rank is None:
+            return _OUT_OF_RANGE
     elif rank is None:
         # A comm-local rank is the global one only in a communicator as large as any of
         # the process's (one process may drive several GPUs, each a rank of that size).
@@ -532,8 +566,9 @@ def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None,
     else:
         communicator = f"{_host_name(host)}:{pid.decode()}:{comm_ptr.decode()}"
         state.process_local_comm(communicator, nranks)
-    count = int(g[_COUNT])
     in_b, out_b, nbytes = call_sizes(coll, count, size, nranks)
+    if max(in_b or 0, out_b or 0, nbytes or 0) > int_limit("size_bytes"):
+        return _OUT_OF_RANGE
     return coll, rank, communicator, nranks, dtype, count, nbytes, in_b, out_b
 
 
