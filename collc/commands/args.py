@@ -1,12 +1,18 @@
 """Argument types and exit statuses shared by the commands.
 
-argparse reports a value its type refuses as a usage error (exit 2), naming the option.
+argparse reports a value its type refuses as a usage error (exit 2), naming the option,
+before any work is done. `finite_float` refuses `nan` and `inf` (which compare false with
+every bound, so a plain `float` lets them through every later check); `output_path` and
+`path_text` refuse an empty path, which names no file (`--report ''` would otherwise be
+read as the current directory). Every command uses these, the tools' included.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 from typing import Callable
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -48,3 +54,29 @@ def path_text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path names no file")
     return text
+
+
+def output_path(text: str) -> Path:
+    """A path to write: not empty, not only blanks."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    return Path(text)
+
+
+def same_file_key(path: Path) -> str:
+    """What two spellings of one path (`X`, `./X`, `d/../X`, a link to X) have in common:
+    the real path of the parent directory joined with the name."""
+    return os.path.join(os.path.realpath(path.parent), path.name)
+
+
+def repeated_output(named: list[tuple[str, Path | None]]) -> tuple[str, str, Path] | None:
+    """The first two options naming the same file, or None: (first, second, path)."""
+    seen: dict[str, str] = {}
+    for option, path in named:
+        if path is None:
+            continue
+        key = same_file_key(path)
+        if key in seen:
+            return seen[key], option, path
+        seen[key] = option
+    return None

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from collc.argtypes import finite_float, output_path, repeated_output
+from collc.commands.args import finite_float, output_path, repeated_output
 from collc.diagnostics import UsageError
 from collc.io import all_or_nothing, atomic_write, check_input_file, check_output_path
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from collc.argtypes import finite_float, output_path
+from collc.commands.args import finite_float, output_path
 from collc.diagnostics import CollcError, UsageError
 from collc.io import check_input_file
 
