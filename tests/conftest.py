@@ -15,3 +15,10 @@ import tempfile
 _CACHE = tempfile.mkdtemp(prefix="collc-test-cache-")
 os.environ["XDG_CACHE_HOME"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that start a Dask cluster in this process run last: Dask leaves threads
+    behind, and the NCCL log reader never forks while other threads run, so its
+    parallel-read tests would be skipped after them (tests/traces/nccl_log)."""
+    items.sort(key=lambda item: item.get_closest_marker("dask") is not None)

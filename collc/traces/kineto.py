@@ -254,7 +254,8 @@ def read_kineto(source: TraceSource, summary: SourceSummary, context: TraceConte
                 summary.skip(f"NCCL kernel with a {interval}")
                 continue
             args = _args(event)
-            kernels.append(_Kernel(name, interval[0], interval[1] - interval[0],
+            # The duration as written: end - start would lose digits at large timestamps.
+            kernels.append(_Kernel(name, interval[0], float(event["dur"]),
                                    _int(args.get("correlation")), trace.location(),
                                    metadata_from_args(args)))
         elif name.startswith("nccl:") and cat in ("user_annotation", "cpu_op"):

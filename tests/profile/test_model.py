@@ -121,6 +121,7 @@ def test_bands_synthesized_in_worker_processes_as_in_one():
     assert one.total("collc") == pytest.approx(two.total("collc"))
 
 
+@pytest.mark.dask
 def test_bands_synthesized_on_a_dask_cluster_as_here():
     distributed = pytest.importorskip("distributed")
     from collc.profile.model import model_mix

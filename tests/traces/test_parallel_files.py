@@ -88,6 +88,7 @@ def cluster():
         yield client
 
 
+@pytest.mark.dask
 def test_dask_cluster_gives_the_local_answer(ranks, cluster, tmp_path, capsys):
     _same(read_traces([ranks], scheduler=cluster), read_traces([ranks], workers=1))
     address = cluster.scheduler.address
@@ -104,6 +105,7 @@ def _kill_the_worker_once(path: str):
     return read_file_columns(path)
 
 
+@pytest.mark.dask
 def test_a_worker_killed_mid_run_has_its_file_read_again(ranks, cluster, tmp_path):
     import cloudpickle
     cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers cannot import this module
