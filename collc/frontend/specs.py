@@ -24,7 +24,7 @@ from collc.frontend.eval.pipeline import evaluate_pipeline
 from collc.frontend.eval.requests import check_reachable, size_bytes
 from collc.frontend.evaluate import Evaluator, Scope, suggest
 from collc.frontend.load import load_module, session
-from collc.frontend.module import Module, stdlib_modules, stdlib_root
+from collc.frontend.module import Entry, Module, stdlib_modules, stdlib_root
 from collc.frontend.parser import parse_spec as parse_call_spec
 from collc.frontend.parser import parse_value
 from collc.frontend.runner import evaluate_args
@@ -100,32 +100,31 @@ def _call_span(spec: Spec) -> Span:
     return spec.call.span if spec.call is not None else Span(spec.filename, 1, 1, 1, len(spec.text) + 1)
 
 
-def resolve_topology(spec: str, base_dir: Path | None = None) -> Topology:
-    """`"dgx1"`, `"ndv2(chassis=2)"`, `"file.coll"` (its only topology), `"file.coll:name(args)"`."""
-    parsed = parse_spec(spec, "topology", base_dir)
+def _entry(spec: str, kind: str, base_dir: Path | None) -> tuple[Spec, Entry]:
+    """The definition a spec names: a file's (its only one of that kind where no name is
+    given) or the standard library's."""
+    parsed = parse_spec(spec, kind, base_dir)
+    plural = "topologies" if kind == "topology" else "collectives"
     if parsed.path is not None:
         module = load_module(parsed.path)
-        name = parsed.call.name if parsed.call else _only(module.topologies, "topologies", parsed)
+        name = parsed.call.name if parsed.call else _only(getattr(module, plural), plural, parsed)
         span = parsed.call.name_span if parsed.call else Span(parsed.filename, 1, 1)
-        entry = module.lookup_topology(name, span)
     else:
         assert parsed.call is not None
-        module = stdlib_view()
-        entry = module.lookup_topology(parsed.call.name, parsed.call.name_span)
+        module, name, span = stdlib_view(), parsed.call.name, parsed.call.name_span
+    lookup = module.lookup_topology if kind == "topology" else module.lookup_collective
+    return parsed, lookup(name, span)
+
+
+def resolve_topology(spec: str, base_dir: Path | None = None) -> Topology:
+    """`"dgx1"`, `"ndv2(chassis=2)"`, `"file.coll"` (its only topology), `"file.coll:name(args)"`."""
+    parsed, entry = _entry(spec, "topology", base_dir)
     return topology_mod.instantiate(entry, _args(parsed, entry.module.constants), _call_span(parsed))
 
 
 def resolve_collective(spec: str, ranks: int, base_dir: Path | None = None) -> Collective:
     """`"allgather"`, `"allgather(chunks=4)"`, `"broadcast(root=2)"`, or a file form."""
-    parsed = parse_spec(spec, "collective", base_dir)
-    if parsed.path is not None:
-        module = load_module(parsed.path)
-        name = parsed.call.name if parsed.call else _only(module.collectives, "collectives", parsed)
-        span = parsed.call.name_span if parsed.call else Span(parsed.filename, 1, 1)
-        entry = module.lookup_collective(name, span)
-    else:
-        assert parsed.call is not None
-        entry = stdlib_view().lookup_collective(parsed.call.name, parsed.call.name_span)
+    parsed, entry = _entry(spec, "collective", base_dir)
     return collective_mod.instantiate(entry, ranks, _args(parsed, entry.module.constants), _call_span(parsed))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from collc.cli import main
+
 # A valid topology body's links: two GPUs on one switch.
 TWO_GPUS = "gpu g[2]; switch s; link g[0] <-> s bw 1 GB/s lat 1 us; link g[1] <-> s bw 1 GB/s lat 1 us;"
 
@@ -33,3 +35,12 @@ def write(path: Path, text: str | bytes) -> Path:
 def listing(directory: Path) -> list[str]:
     """Every path under `directory`, relative, sorted (to show nothing was left behind)."""
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def run_collc(argv: list[str], capsys) -> tuple[int, str]:
+    """`collc ARGV` in this process: (exit status, what it printed on stderr)."""
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    return rc, capsys.readouterr().err

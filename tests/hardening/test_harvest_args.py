@@ -5,20 +5,13 @@ imports; a log whose fields have the wrong types is a located error."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from collc.cli import main
 from collc.harvest import cli as harvest_cli
+from hardening_inputs import run_collc as _run
 
 
-def _run(argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    return rc, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("device, words", [("cpu:99", "no core 99"), ("cpu:1=-5GiB", "size"),

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from collc.analysis.simulate import Router
-from collc.cli import main
 from collc.diagnostics import CollcError
 from collc.pipeline.csv_format import parse_rows, read_schedule
+from hardening_inputs import run_collc as _run
 
 STAR = """
 topology star(n = 8) {
@@ -40,12 +40,6 @@ def _program(tmp_path: Path, forward: str = "1 ms", activations: str = "16 MiB",
     return path
 
 
-def _run(argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    return rc, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("call, limit", [("p(4, 1000000)", "COLLC_LIMIT_MICROBATCHES"),

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hardening_inputs import run_collc as _run
 
-from collc.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pipeline_dgx1.coll"
@@ -22,12 +22,6 @@ def _kineto(path: Path) -> Path:
     return path
 
 
-def _run(argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    return rc, capsys.readouterr().err
 
 
 def _commands(tmp_path: Path) -> dict[str, list[str]]:
