@@ -40,5 +40,5 @@ def train(client: HarvestClient, steps: int, busy_s: float = 0.04,
 
 def wait_paused(manager: ManagerHandle, *task_ids: int) -> None:
     for task_id in task_ids:
-        task = manager.wait_for(task_id, ("paused", "finished", "stopped"), timeout_s=30)
+        task = manager.wait_for(task_id, ("paused", "finished", "stopped"), timeout_s=60)  # a loaded machine starts slowly
         assert task["state"] == "paused", task

@@ -227,7 +227,13 @@ try:
         if len(psutil.Process(pid).children()) >= 2:
             break
         train(client, steps=1)
-    t = next(t for t in m.status()["tasks"] if t["id"] == task)
+    # The manager counts the tree when it next reads its memory (every 100 ms): wait for it.
+    waited = time.monotonic() + 10
+    while True:
+        t = next(t for t in m.status()["tasks"] if t["id"] == task)
+        if t["processes"] >= 3 or time.monotonic() > waited:
+            break
+        time.sleep(0.05)
     out.update(tree=t["tree_enforcement"], memory=t["memory_enforcement"],
                processes=t["processes"])
     pids = [p.pid for p in psutil.Process(m.proc.pid).children(recursive=True)]
