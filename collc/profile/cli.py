@@ -95,9 +95,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
             check_input_file(t, "trace")
     with _progress_bar(args, "reading trace files") as progress:
         traces = read_traces(args.traces, workers=args.workers, scheduler=args.scheduler, progress=progress)
-    if not traces.calls:
+    if not traces.call_count:
         _no_calls(traces, args)
-    mix = build_mix(traces.calls, traces.world_size, traces.communicators, traces.notes)
+    mix = build_mix(traces.columns, traces.world_size, traces.communicators, traces.notes)
     result: dict[str, Any] = {"sources": [s.to_json() for s in traces.sources], **mix.to_json()}
 
     model = _model(args, mix) if args.topology else None
@@ -250,9 +250,9 @@ def _print(mix, traces, model, replay, files, args, plots) -> None:
     # The mix table has a dozen columns: below 140 characters they would be cut to "…".
     console.width = max(console.width, 140)
     what = "time" if mix.timed else "bytes"
-    console.print(f"[bold]{len(traces.calls)}[/] call records from {len(traces.sources)} file(s) "
+    console.print(f"[bold]{traces.call_count}[/] call records from {len(traces.sources)} file(s) "
                   f"({', '.join(sorted({s.format for s in traces.sources}))}); world size "
-                  f"{mix.world_size or '?'}; {len(mix.job_calls)} job calls")
+                  f"{mix.world_size or '?'}; {mix.job_call_count} job calls")
     if mix.iterations:
         it = mix.iterations
         console.print(f"iterations: {it.count} of {it.calls_per_iteration} calls"

@@ -21,12 +21,17 @@ longest and the shortest is its straggler time. Rows sum both over their job cal
 from __future__ import annotations
 
 import gc
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from functools import cached_property
+from typing import Any, Sequence
+
+import numpy as np
 
 from collc.profile.iterations import MAX_WARMUP, MIN_ITERATION_CALLS, find_iterations  # noqa: F401 (re-exported: they were defined here)
+from collc.profile.matching import (JobCall, Matched, dense_key, first_ids, first_per_group, match,  # noqa: F401 (JobCall, rank_key: re-exported)
+                                    rank_key)
+from collc.traces.columns import CallColumns, to_columns
 from collc.traces.records import CollectiveCall
 from collc.units import format_bytes
 
@@ -54,38 +59,6 @@ def bus_factor(collective: str, nranks: int | None) -> float:
     if not nranks or nranks < 1:
         return 1.0
     return _BUS_FACTOR.get(collective, lambda n: 1.0)(nranks)
-
-
-@dataclass(slots=True)
-class JobCall:
-    """One call of the job: the records of it that the traced ranks made."""
-
-    collective: str
-    communicator: str
-    records: list[CollectiveCall]
-    order: tuple  # where it falls in its first rank's stream (for iteration detection)
-
-    @property
-    def first(self) -> CollectiveCall:
-        return self.records[0]
-
-    @property
-    def ranks(self) -> set:
-        return {rank_key(c) for c in self.records}
-
-    @property
-    def durations(self) -> list[float]:
-        return [c.duration_us for c in self.records if c.duration_us is not None]
-
-    @property
-    def latency_us(self) -> float | None:
-        d = self.durations
-        return min(d) if d else None
-
-    @property
-    def straggler_us(self) -> float | None:
-        d = self.durations
-        return (max(d) - min(d)) if d else None
 
 
 @dataclass
@@ -172,9 +145,19 @@ class Mix:
     communicators: dict[str, Communicator]
     world_size: int | None
     iterations: Iterations | None
-    job_calls: list[JobCall]
+    matched: Matched          # the job calls, as ids over the records' columns
     notes: list[str] = field(default_factory=list)
     combined: str = COMBINE_NOTE
+
+    @property
+    def job_call_count(self) -> int:
+        return self.matched.count
+
+    @cached_property
+    def job_calls(self) -> list[JobCall]:
+        """The job calls as objects, records and all (made when first asked for: the
+        table and the iterations need only the ids)."""
+        return self.matched.job_calls()
 
     @property
     def timed(self) -> bool:
@@ -214,151 +197,94 @@ class Mix:
 
 # --- matching ---------------------------------------------------------------------------
 
-def rank_key(call: CollectiveCall) -> int | str:
-    """The recording rank, or its file where the trace does not say."""
-    return call.rank if call.rank is not None else f"file {call.source}"
-
-
 def communicator_key(call: CollectiveCall) -> str:
     return call.communicator if call.communicator is not None else "?"
 
 
-def _stream_order(calls: list[tuple[int, CollectiveCall]]) -> list[tuple[int, CollectiveCall]]:
-    """A rank's calls (with their read positions) on one communicator in issue order: by
-    start time where all have one (files may list kernels by stream), else as read."""
-    if all(c.start_us is not None for _, c in calls):
-        return sorted(calls, key=lambda ic: ic[1].start_us)  # stable: ties keep read order
-    return calls
-
-
-def _uses_seq(streams: Iterable[list[tuple[int, CollectiveCall]]]) -> bool:
-    for calls in streams:
-        seqs = [c.seq for _, c in calls]
-        if any(s is None for s in seqs) or len(set(seqs)) != len(seqs):
-            return False
-    return True
-
-
 def match_calls(calls: Sequence[CollectiveCall]) -> list[JobCall]:
-    """Group the records of one call made by several ranks into one `JobCall`.
-
-    Written for logs of millions of records: a record is carried with its position in
-    `calls` (no lookup table by identity), and on a communicator only one rank recorded
-    (one rank's log, or a trace per file with no process group) every record is its own
-    job call, made without the grouping dictionary."""
-    collective_streams: dict[str, dict[Any, list[tuple[int, CollectiveCall]]]] = {}
-    p2p_streams: dict[tuple, list[tuple[int, CollectiveCall]]] = defaultdict(list)
-    for i, c in enumerate(calls):
-        comm = c.communicator if c.communicator is not None else "?"
-        me = c.rank if c.rank is not None else f"file {c.source}"
-        if c.collective in P2P:
-            peer = c.peer
-            src, dst = (me, peer) if c.collective == "send" else (peer, me)
-            p2p_streams[(comm, c.collective, src, dst, me if peer is None else None)].append((i, c))
-        else:
-            by_rank = collective_streams.get(comm)
-            if by_rank is None:
-                by_rank = collective_streams[comm] = {}
-            stream = by_rank.get(me)
-            if stream is None:
-                stream = by_rank[me] = []
-            stream.append((i, c))
-
-    alone: list[JobCall] = []
-    groups: dict[tuple, list[tuple[int, CollectiveCall]]] = {}
-    for comm, by_rank in collective_streams.items():
-        if len(by_rank) == 1:       # one rank: nothing to match with
-            for cs in by_rank.values():
-                alone.extend(JobCall(c.collective, comm, [c], (i,)) for i, c in cs)
-            continue
-        ordered = {r: _stream_order(cs) for r, cs in by_rank.items()}
-        by_seq = _uses_seq(ordered.values())
-        for cs in ordered.values():
-            for n, (i, c) in enumerate(cs):
-                # A record only joins records that agree on what was called.
-                key = (comm, "seq" if by_seq else "order", c.seq if by_seq else n, c.collective, c.bytes)
-                groups.setdefault(key, []).append((i, c))
-    for (comm, kind, src, dst, _), cs in p2p_streams.items():
-        for n, (i, c) in enumerate(_stream_order(cs)):
-            if src is None or dst is None:  # peer unknown: the record stands alone
-                alone.append(JobCall(c.collective, comm, [c], (i,)))
-                continue
-            groups.setdefault((comm, "p2p", src, dst, n, c.bytes), []).append((i, c))
-
-    job_calls = alone
-    for key, recs in groups.items():
-        recs.sort(key=_position)
-        kinds = {c.collective for _, c in recs}
-        collective = "send" if "send" in kinds else recs[0][1].collective
-        job_calls.append(JobCall(collective, key[0], [c for _, c in recs], (recs[0][0],)))
-    job_calls.sort(key=_order)
-    return job_calls
-
-
-def _position(entry: tuple[int, CollectiveCall]) -> int:
-    return entry[0]
-
-
-def _order(j: JobCall) -> tuple:
-    return j.order
+    """Group the records of one call made by several ranks into one `JobCall`, in issue
+    order (`collc.profile.matching`)."""
+    return match(to_columns(calls)).job_calls(calls)
 
 
 # --- the table ----------------------------------------------------------------------------
 
-def build_rows(job_calls: Iterable[JobCall]) -> list[MixRow]:
-    rows: dict[tuple, MixRow] = {}
-    for j in job_calls:
-        records = j.records
-        f = records[0]
-        key = (j.communicator, j.collective, f.dtype, f.bytes)
-        row = rows.get(key)
-        if len(records) == 1:       # most job calls of a one-rank log: no lists made
-            nranks = f.nranks or None
-            if row is None:
-                row = rows[key] = MixRow(j.communicator, j.collective, f.dtype, f.bytes, nranks)
-            elif not row.nranks:
-                row.nranks = nranks
-            row.calls += 1
-            row.job_calls += 1
-            row.ranks.add(f.rank if f.rank is not None else f"file {f.source}")
-            row.named_by[f.named_by] += 1
-            if f.peer is not None:
-                row.peers.add(f.peer)
-            if f.duration_us is not None:
-                row.timed_calls += 1
-                row.time_us = (row.time_us or 0.0) + f.duration_us
-                row.straggler_us = (row.straggler_us or 0.0)
-            continue
-        # The size of the communicator the call ran on, Send/Recv included (their other
-        # end is the row's `peers`, not a communicator of two).
-        nranks = next((c.nranks for c in records if c.nranks), None)
-        if row is None:
-            row = rows[key] = MixRow(j.communicator, j.collective, f.dtype, f.bytes, nranks)
-        row.nranks = row.nranks or nranks
-        row.calls += len(records)
-        row.job_calls += 1
-        row.ranks |= j.ranks
-        for c in records:
-            row.named_by[c.named_by] += 1
-            if c.peer is not None:
-                row.peers.add(c.peer)
-        lat = j.latency_us
-        if lat is not None:
-            row.timed_calls += 1
-            row.time_us = (row.time_us or 0.0) + lat
-            row.straggler_us = (row.straggler_us or 0.0) + (j.straggler_us or 0.0)
-    return list(rows.values())
+def build_rows(m: Matched) -> list[MixRow]:
+    """One row per (communicator, collective, dtype, bytes) of the job calls, in the order
+    of each row's first job call; every sum taken in job-call order."""
+    r, first, count = m.records, m.first, m.count
+    sizes_of = m.columns.ints["bytes"]
+    row, row_first_job = first_ids(dense_key([m.comm, m.collective, r.dtype[first], r.bytes_none[first],
+                                              r.bytes[first]], count))
+    rows_n = len(row_first_job)
+    record_row = row[m.job]
+    calls = np.bincount(record_row, minlength=rows_n).tolist()
+    job_calls = np.bincount(row, minlength=rows_n).tolist()
+    # nranks: the first job call's (in order) that says, each job call's being its first record's that says.
+    ordered = m.order
+    ordered_nranks = r.nranks[ordered]
+    job_nranks = first_per_group(m.job[ordered], ordered_nranks, ordered_nranks != 0, count)
+    nranks = first_per_group(row, job_nranks, job_nranks != 0, rows_n).tolist()
+    latency, straggler, timed = _job_times(m)
+    timed_jobs = np.flatnonzero(timed)
+    timed_calls = np.bincount(row[timed_jobs], minlength=rows_n).tolist()
+    time_us = np.bincount(row[timed_jobs], weights=latency[timed_jobs], minlength=rows_n).tolist()
+    straggler_us = np.bincount(row[timed_jobs], weights=straggler[timed_jobs], minlength=rows_n).tolist()
+    out: list[MixRow] = []
+    for i, j in enumerate(row_first_job.tolist()):
+        f = first[j]
+        size = None if r.bytes_none[f] else int(sizes_of[f])
+        timed_here = timed_calls[i] > 0
+        out.append(MixRow(r.comms[m.comm[j]], r.collectives[m.collective[j]], r.dtypes[r.dtype[f]], size,
+                          nranks[i] or None, calls=calls[i], job_calls=job_calls[i], timed_calls=timed_calls[i],
+                          time_us=time_us[i] if timed_here else None,
+                          straggler_us=straggler_us[i] if timed_here else None))
+    _fill_sets(out, m, record_row)
+    return out
+
+
+def _job_times(m: Matched) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(latency, straggler, timed) per job call: the shortest duration of its records,
+    longest - shortest (0.0 for a job call of one record), whether any is timed."""
+    r, count = m.records, m.count
+    has = ~r.duration_none
+    jobs, durations = m.job[has], r.duration[has]
+    latency = np.full(count, np.inf)
+    longest = np.full(count, -np.inf)
+    np.minimum.at(latency, jobs, durations)
+    np.maximum.at(longest, jobs, durations)
+    timed = np.bincount(jobs, minlength=count) > 0
+    with np.errstate(invalid="ignore"):
+        straggler = np.where(m.sizes() == 1, 0.0, longest - latency)
+    return latency, straggler, timed
+
+
+def _fill_sets(rows: list[MixRow], m: Matched, record_row: np.ndarray) -> None:
+    """Each row's ranks, peers and named_by counts: from the distinct (row, value) pairs."""
+    r = m.records
+    n = r.n
+    for key, code in ((dense_key([record_row, r.rank_key], n), r.rank_key),):
+        _, firsts = np.unique(key, return_index=True)
+        for i, k in zip(record_row[firsts].tolist(), code[firsts].tolist()):
+            rows[i].ranks.add(r.rank_keys[k])
+    key = dense_key([record_row, r.named_by], n)
+    _, firsts, counts = np.unique(key, return_index=True, return_counts=True)
+    for i, k, c in zip(record_row[firsts].tolist(), r.named_by[firsts].tolist(), counts.tolist()):
+        rows[i].named_by[r.named[k]] += c
+    with_peer = np.flatnonzero(~r.peer_none)
+    if len(with_peer):
+        key = dense_key([record_row[with_peer], r.peer[with_peer]], len(with_peer))
+        _, firsts = np.unique(key, return_index=True)
+        for i, p in zip(record_row[with_peer][firsts].tolist(), r.peer[with_peer][firsts].tolist()):
+            rows[i].peers.add(p)
 
 
 # --- communicators and their roles ----------------------------------------------------------
 
-def _members(comm: str, info: Any, calls: list[CollectiveCall]) -> tuple[int, ...] | None:
+def _members(info: Any, first_group: tuple[int, ...] | None) -> tuple[int, ...] | None:
     if info is not None and getattr(info, "ranks", None):
         return tuple(info.ranks)
-    for c in calls:
-        if c.group_ranks:
-            return tuple(c.group_ranks)
-    return None
+    return tuple(first_group) if first_group else None
 
 
 def guess_role(nranks: int | None, members: tuple[int, ...] | None, kinds: Counter,
@@ -401,52 +327,78 @@ def guess_role(nranks: int | None, members: tuple[int, ...] | None, kinds: Count
     return "unknown", "size or members unknown"
 
 
-def build_communicators(rows: list[MixRow], job_calls: list[JobCall], infos: dict[str, Any],
+def build_communicators(rows: list[MixRow], m: Matched, infos: dict[str, Any],
                         world_size: int | None) -> dict[str, Communicator]:
-    by_comm: dict[str, list[CollectiveCall]] = defaultdict(list)
-    kinds: dict[str, Counter] = defaultdict(Counter)
-    for j in job_calls:
-        by_comm[j.communicator].extend(j.records)
-        kinds[j.communicator][j.collective] += 1
+    """The communicators of the job calls, most records first (ties: first called first)."""
+    r = m.records
+    comms = r.comms
+    job_comm = m.comm
+    _, first_jobs = first_ids(job_comm)
+    records = np.bincount(r.comm, minlength=len(comms))
+    kinds = _kinds(m)
+    ordered = m.order
+    ordered_comm = r.comm[ordered]
+    ordered_nranks = r.nranks[ordered]
+    first_nranks = first_per_group(ordered_comm, ordered_nranks, ordered_nranks != 0, len(comms)).tolist()
+    groups = _first_groups(m)
     out: dict[str, Communicator] = {}
-    for comm in sorted(by_comm, key=lambda c: -len(by_comm[c])):
+    for code in sorted(job_comm[first_jobs].tolist(), key=lambda c: -records[c]):
+        comm = comms[code]
         info = infos.get(comm)
-        members = _members(comm, info, by_comm[comm])
-        nranks = (getattr(info, "nranks", None) or (len(members) if members else None)
-                  or next((c.nranks for c in by_comm[comm] if c.nranks), None))
-        role, why = guess_role(nranks, members, kinds[comm], world_size)
-        mine = [r for r in rows if r.communicator == comm]
-        times = [r.time_us for r in mine if r.time_us is not None]
+        members = _members(info, groups.get(code))
+        nranks = (getattr(info, "nranks", None) or (len(members) if members else None) or first_nranks[code]
+                  or None)
+        role, why = guess_role(nranks, members, kinds[code], world_size)
+        mine = [row for row in rows if row.communicator == comm]
+        times = [row.time_us for row in mine if row.time_us is not None]
         out[comm] = Communicator(comm, nranks, members, getattr(info, "name", None), role, why,
-                                 sum(times) if times else None, sum(r.bytes_total or 0 for r in mine),
-                                 sum(r.job_calls for r in mine))
+                                 sum(times) if times else None, sum(row.bytes_total or 0 for row in mine),
+                                 sum(row.job_calls for row in mine))
+    return out
+
+
+def _kinds(m: Matched) -> dict[int, Counter]:
+    """Per communicator code, its job calls per collective (first called first)."""
+    r = m.records
+    pair, firsts = first_ids(dense_key([m.comm, m.collective], m.count))
+    counts = np.bincount(pair, minlength=len(firsts)).tolist()
+    kinds: dict[int, Counter] = defaultdict(Counter)
+    for j, n in zip(firsts.tolist(), counts):
+        kinds[int(m.comm[j])][r.collectives[m.collective[j]]] = n
+    return kinds
+
+
+def _first_groups(m: Matched) -> dict[int, tuple[int, ...]]:
+    """Per communicator code, the members named by its first record (in job-call order)
+    that names them."""
+    r = m.records
+    named = [(int(m.job[i]), i) for i, g in r.group_ranks.items() if g]
+    out: dict[int, tuple[int, ...]] = {}
+    for _, i in sorted(named):
+        out.setdefault(int(r.comm[i]), r.group_ranks[i])
     return out
 
 
 # --- iterations ---------------------------------------------------------------------------------
 
-def detect_iterations(job_calls: list[JobCall]) -> Iterations | None:
+def detect_iterations(m: Matched) -> Iterations | None:
     """Iterations as a repeating sequence of calls: the longest-traced rank's sequence
     of (communicator, collective, bytes) must repeat a block of at least
     MIN_ITERATION_CALLS calls at least twice in full after its warm-up
-    (`collc.profile.iterations`). None when no such repetition exists."""
-    per_rank: dict[Any, list[int]] = defaultdict(list)
-    codes: dict[tuple, int] = {}
-    # job_calls are in issue order: each rank's list comes out in that order.
-    for j in job_calls:
-        sig = (j.communicator, j.collective, j.first.bytes)
-        code = codes.get(sig)
-        if code is None:
-            code = codes[sig] = len(codes)
-        records = j.records
-        if len(records) == 1:
-            per_rank[rank_key(records[0])].append(code)
-        else:
-            for c in records:
-                per_rank[rank_key(c)].append(code)
-    if not per_rank:
+    (`collc.profile.iterations`). None when no such repetition exists. The longest
+    rank is the first seen (in job-call order) of those with the most records."""
+    r = m.records
+    if r.n == 0:
         return None
-    found = find_iterations(max(per_rank.values(), key=len))
+    first = m.first
+    signature, _ = first_ids(dense_key([m.comm, m.collective, r.bytes_none[first], r.bytes[first]], m.count))
+    ordered = m.order
+    rank = r.rank_key[ordered]
+    counts = np.bincount(rank)
+    seen, first_seen = np.unique(rank, return_index=True)
+    most = seen[counts[seen] == counts.max()]
+    longest = most[np.argmin(first_seen[np.isin(seen, most)])]
+    found = find_iterations(signature[m.job[ordered[rank == longest]]].tolist())
     if found is None:
         return None
     repeats, period, warmup = found
@@ -455,37 +407,35 @@ def detect_iterations(job_calls: list[JobCall]) -> Iterations | None:
 
 # --- entry point ----------------------------------------------------------------------------------
 
-def build_mix(calls: Sequence[CollectiveCall], world_size: int | None = None,
+def build_mix(calls: Sequence[CollectiveCall] | CallColumns, world_size: int | None = None,
               communicators: dict[str, Any] | None = None, notes: Sequence[str] = ()) -> Mix:
-    """The mix of a job from its ranks' call records (see the module docstring).
+    """The mix of a job from its ranks' call records (see the module docstring), given
+    as records or as their columns (`collc.traces.columns`: what the readers give; the
+    records are then never made).
 
-    Run with the cyclic garbage collector paused: the mix makes a job call (and its
-    list) per record and keeps them all, none is garbage, yet every collection while
-    they are made walks every record read so far: it took 60% of the mix's time on a
-    log of 300,000 records (as in the reader: `nccl_log.sequential.scan_batch`)."""
+    Run with the cyclic garbage collector paused: columns made of records keep a tuple
+    per record until done, and every collection meanwhile would walk them all."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build_mix(calls, world_size, communicators, notes)
+        columns = calls if isinstance(calls, CallColumns) else to_columns(calls)
+        return _build_mix(columns, world_size, communicators, notes)
     finally:
         if enabled:
             gc.enable()
 
 
-def _build_mix(calls: Sequence[CollectiveCall], world_size: int | None,
+def _build_mix(columns: CallColumns, world_size: int | None,
                communicators: dict[str, Any] | None, notes: Sequence[str]) -> Mix:
-    job_calls = match_calls(calls)
-    rows = build_rows(job_calls)
-    if world_size is None:  # the largest communicator, or the highest rank seen
-        sizes = [c.nranks for c in calls if c.nranks] + [i.nranks for i in (communicators or {}).values()
-                                                          if getattr(i, "nranks", None)]
-        seen = {c.rank for c in calls if c.rank is not None}
-        world_size = max(sizes + [max(seen) + 1 if seen else 0]) or None
-    comms = build_communicators(rows, job_calls, communicators or {}, world_size)
+    m = match(columns)
+    rows = build_rows(m)
+    if world_size is None:
+        world_size = _world_size(m, communicators or {})
+    comms = build_communicators(rows, m, communicators or {}, world_size)
     for row in rows:  # a row's size is its communicator's where the records did not say
         if row.nranks is None and comms[row.communicator].nranks:
             row.nranks = comms[row.communicator].nranks
-    mix = Mix(rows, comms, world_size, detect_iterations(job_calls), job_calls, list(notes))
+    mix = Mix(rows, comms, world_size, detect_iterations(m), m, list(notes))
     unnamed = sum(r.named_by.get("launch-op", 0) for r in rows)
     if unnamed and not any("nccl:*" in n for n in notes):  # the readers may have said it already
         mix.notes.append(f"{unnamed} call record(s) carried no collective metadata and are named by the "
@@ -499,6 +449,16 @@ def _build_mix(calls: Sequence[CollectiveCall], world_size: int | None,
         mix.notes.append("no iterations detected (no repeating call sequence): per-iteration figures are for "
                          "the whole trace")
     return mix
+
+
+def _world_size(m: Matched, communicators: dict[str, Any]) -> int | None:
+    """The largest communicator, or the highest rank seen plus one."""
+    cols = m.columns
+    sizes = [int(m.records.nranks[m.records.nranks != 0].max())] if (m.records.nranks != 0).any() else []
+    sizes += [i.nranks for i in communicators.values() if getattr(i, "nranks", None)]
+    ranked = ~cols.int_none["rank"]
+    seen = int(cols.ints["rank"][ranked].max()) + 1 if ranked.any() else 0
+    return max(sizes + [seen]) or None
 
 
 def per_iteration(mix: Mix) -> float:

@@ -49,13 +49,13 @@ _ORDER = tuple(f.name for f in fields(CollectiveCall))     # the constructor's p
 _GET_ALL = attrgetter(*_ORDER)
 
 
-def _coded(values: tuple) -> tuple[list, np.ndarray]:
+def coded(values: tuple) -> tuple[list, np.ndarray]:
     table = list(dict.fromkeys(values))                   # distinct values, first seen first
     lookup = {v: i for i, v in enumerate(table)}
     return table, np.fromiter(map(lookup.__getitem__, values), dtype=np.int32, count=len(values))
 
 
-def _with_none(values: tuple, fill: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+def with_none(values: tuple, fill: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
     objects = np.array(values, dtype=object)
     none = np.equal(objects, None)
     objects[none] = fill
@@ -91,13 +91,13 @@ def _to_columns(calls: Sequence[CollectiveCall]) -> CallColumns:
     tables: dict[str, list] = {}
     codes: dict[str, np.ndarray] = {}
     for name in _CODED:
-        tables[name], codes[name] = _coded(by_field[name])
+        tables[name], codes[name] = coded(by_field[name])
     ints, int_none = {}, {}
     for name in _INTS:
-        ints[name], int_none[name] = _with_none(by_field[name], 0, np.int64)
+        ints[name], int_none[name] = with_none(by_field[name], 0, np.int64)
     floats, float_none = {}, {}
     for name in _FLOATS:
-        floats[name], float_none[name] = _with_none(by_field[name], np.nan, np.float64)
+        floats[name], float_none[name] = with_none(by_field[name], np.nan, np.float64)
     kinds: dict[str, int] = {}
     kind: list[int] = []
     number: list[int] = []
@@ -143,3 +143,47 @@ def _from_columns(cols: CallColumns) -> list[CollectiveCall]:
     group_ranks = cols.group_ranks
     by_field["group_ranks"] = [group_ranks.get(i) for i in range(cols.n)] if group_ranks else [None] * cols.n
     return list(map(CollectiveCall, *(by_field[name] for name in _ORDER)))
+
+
+def concat_columns(parts: Sequence[CallColumns]) -> CallColumns:
+    """The columns of several lists of calls, one after the other: codes renumbered into
+    merged tables, positions of the sparse fields offset; no record is made."""
+    if len(parts) == 1:
+        return parts[0]
+    n = sum(p.n for p in parts)
+    tables: dict[str, list] = {}
+    codes: dict[str, np.ndarray] = {}
+    for name in _CODED:
+        tables[name], codes[name] = _merged_codes([(p.tables[name], p.codes[name]) for p in parts])
+    kinds, kind_codes = _merged_codes([(p.location_kinds, p.location_kind) for p in parts])
+    other: dict[int, str] = {}
+    group_ranks: dict[int, tuple[int, ...]] = {}
+    offset = 0
+    for p in parts:
+        other.update((i + offset, text) for i, text in p.location_other.items())
+        group_ranks.update((i + offset, g) for i, g in p.group_ranks.items())
+        offset += p.n
+
+    def joined(names: tuple[str, ...], of: str) -> dict[str, np.ndarray]:
+        return {name: np.concatenate([getattr(p, of)[name] for p in parts]) for name in names}
+
+    return CallColumns(n, tables, codes, joined(_INTS, "ints"), joined(_INTS, "int_none"),
+                       joined(_FLOATS, "floats"), joined(_FLOATS, "float_none"), kind_codes,
+                       np.concatenate([p.location_number for p in parts]) if parts else np.zeros(0, np.int64),
+                       kinds, other, group_ranks)
+
+
+def _merged_codes(parts: Sequence[tuple[list, np.ndarray]]) -> tuple[list, np.ndarray]:
+    """One table of the distinct values of several (first seen first), and the codes into
+    it; a negative code (a location in no "<words> <number>" form) stays -1."""
+    table: dict = {}
+    pieces = []
+    for values, part_codes in parts:
+        remap = np.array([table.setdefault(v, len(table)) for v in values] + [-1], dtype=np.int32)
+        pieces.append(remap[part_codes])      # code -1 takes the -1 appended
+    return list(table), np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+
+
+def empty_columns() -> CallColumns:
+    """The columns of no call."""
+    return to_columns([])

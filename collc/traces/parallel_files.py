@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..diagnostics import CollcError, Span
-from .columns import CallColumns, from_columns
-from .records import CollectiveCall, SourceSummary, TraceContext
+from .columns import CallColumns, concat_columns, empty_columns
+from .records import SourceSummary, TraceContext
 
 # Called with (files done, files in all) as files are read.
 Progress = Callable[[int, int], None]
@@ -118,10 +118,11 @@ def read_dask(files: Sequence[str], scheduler: Any, reader: Reader,
 
 
 def combine(results: Iterable[FileResult], context: TraceContext
-            ) -> tuple[list[CollectiveCall], list[SourceSummary]]:
-    """The files' calls and summaries in file order, their contexts merged into `context`
-    in that order; the first failing file's error raised."""
-    calls: list[CollectiveCall] = []
+            ) -> tuple[CallColumns, list[SourceSummary]]:
+    """The files' calls (as one set of columns: concatenated, no record made) and
+    summaries in file order, their contexts merged into `context` in that order; the
+    first failing file's error raised."""
+    columns: list[CallColumns] = []
     summaries: list[SourceSummary] = []
     try:
         for r in results:
@@ -130,13 +131,13 @@ def combine(results: Iterable[FileResult], context: TraceContext
                 raise CollcError(message, span, notes)
             merge_context(context, r.context)
             if r.columns is not None:
-                calls.extend(from_columns(r.columns))
+                columns.append(r.columns)
             summaries.extend(r.summaries)
     finally:
         close = getattr(results, "close", None)
         if close is not None:       # a generator of results: stop its pool now, not when collected
             close()
-    return calls, summaries
+    return concat_columns(columns) if columns else empty_columns(), summaries
 
 
 def merge_context(into: TraceContext, other: TraceContext) -> None:

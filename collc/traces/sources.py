@@ -11,26 +11,36 @@ import os
 import tarfile
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..diagnostics import CollcError, Span
 from ..io import check_input_file
 from .detect import TraceSource, detect, detect_bytes, read_head
-from .columns import to_columns
+from .columns import CallColumns, concat_columns, empty_columns, from_columns, to_columns
 from .parallel_files import FileResult, Progress, combine, local_workers, read_dask, read_local
 from .records import CollectiveCall, CommunicatorInfo, SourceSummary, TraceContext
 
-__all__ = ["CommunicatorInfo", "TraceSet", "read_traces", "read_file", "trace_files"]
+__all__ = ["CommunicatorInfo", "TraceSet", "read_traces", "read_file", "read_columns", "trace_files"]
 
 
 @dataclass
 class TraceSet:
-    calls: list[CollectiveCall]
+    columns: CallColumns    # every call, as columns (`columns.CallColumns`)
     sources: list[SourceSummary]
     world_size: int | None
     communicators: dict[str, CommunicatorInfo]
     notes: list[str]        # e.g. "412 kernel rows were named by the launching nccl:* op"
+
+    @property
+    def call_count(self) -> int:
+        return self.columns.n
+
+    @cached_property
+    def calls(self) -> list[CollectiveCall]:
+        """Every call as a record (made when first asked for: the mix reads the columns)."""
+        return from_columns(self.columns)
 
 
 Reader = Callable[[TraceSource, SourceSummary, TraceContext], Iterator[CollectiveCall]]
@@ -81,6 +91,13 @@ def _ignored(name: str) -> bool:
 def read_file(path: str | os.PathLike, context: TraceContext | None = None
               ) -> tuple[list[CollectiveCall], list[SourceSummary]]:
     """One file's calls and summaries (an archive gives one summary per trace member)."""
+    columns, summaries = read_columns(path, context)
+    return from_columns(columns), summaries
+
+
+def read_columns(path: str | os.PathLike, context: TraceContext | None = None
+                 ) -> tuple[CallColumns, list[SourceSummary]]:
+    """One file's calls as columns, and its summaries (one per trace member of an archive)."""
     context = context if context is not None else TraceContext()
     source = TraceSource.file(path)
     fmt = detect(source)
@@ -90,16 +107,18 @@ def read_file(path: str | os.PathLike, context: TraceContext | None = None
 
 
 def _read_source(source: TraceSource, fmt: str, context: TraceContext
-                 ) -> tuple[list[CollectiveCall], list[SourceSummary]]:
+                 ) -> tuple[CallColumns, list[SourceSummary]]:
     summary = SourceSummary(source.name, fmt)
-    calls = list(_reader(fmt)(source, summary, context))
-    return calls, [summary]
+    if fmt == "nccl-log":     # its reader keeps columns from the start: no record is made
+        from .nccl_log.reader import read_nccl_log_columns
+        return read_nccl_log_columns(source, summary, context), [summary]
+    return to_columns(list(_reader(fmt)(source, summary, context))), [summary]
 
 
 def _read_archive(archive: TraceSource, context: TraceContext
-                  ) -> tuple[list[CollectiveCall], list[SourceSummary]]:
+                  ) -> tuple[CallColumns, list[SourceSummary]]:
     """Members of a tar archive, each detected and read as a stream, none written to disk."""
-    calls: list[CollectiveCall] = []
+    columns: list[CallColumns] = []
     summaries: list[SourceSummary] = []
     try:
         with tarfile.open(archive.name, "r:*") as tar:
@@ -114,12 +133,12 @@ def _read_archive(archive: TraceSource, context: TraceContext
                     summary.skip("archive member in no trace format")
                     summaries.append(summary)
                     continue
-                member_calls, member_summaries = _read_source(source, fmt, context)
-                calls.extend(member_calls)
+                member_columns, member_summaries = _read_source(source, fmt, context)
+                columns.append(member_columns)
                 summaries.extend(member_summaries)
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise CollcError(f"unreadable archive: {e}", Span(archive.name, 1, 1)) from None
-    return calls, summaries
+    return (concat_columns(columns) if columns else empty_columns()), summaries
 
 
 def read_file_columns(path: str) -> FileResult:
@@ -127,10 +146,10 @@ def read_file_columns(path: str) -> FileResult:
     parallel read, run in a worker process or on a Dask worker."""
     context = TraceContext()
     try:
-        calls, summaries = read_file(path, context)
+        columns, summaries = read_columns(path, context)
     except CollcError as e:
         return FileResult(path, None, [], context, (e.message, e.span, e.notes))
-    return FileResult(path, to_columns(calls), summaries, context)
+    return FileResult(path, columns, summaries, context)
 
 
 def read_traces(paths: Sequence[str | os.PathLike], workers: int | None = None, scheduler: Any = None,
@@ -148,14 +167,16 @@ def read_traces(paths: Sequence[str | os.PathLike], workers: int | None = None, 
         names = [str(f) for f in files]
         results = (read_dask(names, scheduler, read_file_columns, progress) if scheduler is not None
                    else read_local(names, workers, read_file_columns, progress))
-        calls, sources = combine(results, context)
+        columns, sources = combine(results, context)
     else:
-        calls, sources = [], []
+        parts: list[CallColumns] = []
+        sources = []
         for done, path in enumerate(files, 1):
-            file_calls, summaries = read_file(path, context)
-            calls.extend(file_calls)
+            file_columns, summaries = read_columns(path, context)
+            parts.append(file_columns)
             sources.extend(summaries)
             if progress is not None:
                 progress(done, len(files))
-    return TraceSet(calls=calls, sources=sources, world_size=context.world_size,
+        columns = concat_columns(parts) if parts else empty_columns()
+    return TraceSet(columns=columns, sources=sources, world_size=context.world_size,
                     communicators=context.communicators, notes=context.notes)

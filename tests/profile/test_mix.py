@@ -3,7 +3,7 @@ iterations and roles."""
 
 import pytest
 
-from collc.profile.mix import build_mix, bus_factor, detect_iterations, guess_role, match_calls
+from collc.profile.mix import build_mix, bus_factor, guess_role, match_calls
 from collc.traces.records import CollectiveCall
 from collections import Counter
 
@@ -90,13 +90,13 @@ def test_iterations_from_a_repeating_sequence_with_warmup_and_a_cut_tail():
             calls.append(call(0, coll, nbytes=size, start=t))
             t += 1
     calls.append(call(0, "allgather", nbytes=4096, start=t))  # the trace stops mid-iteration
-    it = detect_iterations(match_calls(calls))
+    it = build_mix(calls).iterations
     assert (it.count, it.calls_per_iteration, it.warmup_calls) == (4, 3, 1)
 
 
 def test_no_iterations_in_a_sweep():
     calls = [call(0, nbytes=1 << k, start=float(k)) for k in range(10)]
-    assert detect_iterations(match_calls(calls)) is None
+    assert build_mix(calls).iterations is None
     assert any("no iterations" in n for n in build_mix(calls).notes)
 
 

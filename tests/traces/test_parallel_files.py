@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from collc.cli import main
+from collc.traces.columns import from_columns
 from collc.traces.parallel_files import combine, read_dask
 from collc.traces.records import TraceContext
 from collc.traces.sources import read_file_columns, read_traces
@@ -115,6 +116,6 @@ def test_a_worker_killed_mid_run_has_its_file_read_again(ranks, cluster, tmp_pat
     results = list(read_dask(files, cluster, _kill_the_worker_once))
     assert (tmp_path / "killed").exists()
     context = TraceContext()
-    calls, sources = combine(results, context)
+    columns, sources = combine(results, context)
     local = read_traces([folder], workers=1)
-    assert calls == local.calls and [s.path for s in sources] == [s.path for s in local.sources]
+    assert from_columns(columns) == local.calls and [s.path for s in sources] == [s.path for s in local.sources]

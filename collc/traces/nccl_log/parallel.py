@@ -43,7 +43,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import BinaryIO, Iterator
 
 from ..detect import TraceSource
-from ..records import CollectiveCall, SourceSummary, TraceContext
+from ..records import SourceSummary, TraceContext
 from . import sequential
 from .scan import BAD_LINES_KEPT, ICOMM, LINE, Events, State, apply_init, apply_ops, replay, scan
 
@@ -68,11 +68,11 @@ def processes() -> int:
         return os.cpu_count() or 1
 
 
-def read_split(source: TraceSource, state: State) -> Iterator[list[CollectiveCall]] | None:
-    """The log's calls read by several processes, a list per piece (those the sequential
-    read would yield before its final flush, with `state` left as it would leave it), or
-    None where one process should read it: one CPU, a small plain file, or no way to
-    start workers."""
+def read_split(source: TraceSource, state: State) -> Iterator[None] | None:
+    """The log read by several processes into `state.collected`, a step per piece
+    replayed (the records the sequential read makes before its final flush, with
+    `state` left as it would leave it), or None where one process should read it: one
+    CPU, a small plain file, or no way to start workers."""
     workers = processes()
     if workers < 2:
         return None
@@ -228,7 +228,7 @@ def _piece_at(fd: int, start: int, size: int) -> tuple[bytes, int]:
 
 
 def _read_stream(f: BinaryIO, state: State, pool: ProcessPoolExecutor,
-                 workers: int) -> Iterator[list[CollectiveCall]]:
+                 workers: int) -> Iterator[None]:
     with f:
         try:
             head, complete = _read_ahead(f, state.name)
@@ -237,7 +237,7 @@ def _read_stream(f: BinaryIO, state: State, pool: ProcessPoolExecutor,
             raise
         if complete:          # small: read in this process, as the sequential reader does
             pool.shutdown()
-            yield from sequential.read_stream(io.BytesIO(head), state)
+            sequential.read_stream(io.BytesIO(head), state)
             return
         slots = _Slots.create(2 * workers + 2)
         try:
@@ -367,9 +367,9 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: State, slots: "_Slots | None"
 
 
 def _run(tasks: Iterator[tuple], state: State, pool: ProcessPoolExecutor,
-         workers: int) -> Iterator[list[CollectiveCall]]:
+         workers: int) -> Iterator[None]:
     """Hand the tasks to the pool, at most two per worker in flight, and replay their
-    results in order."""
+    results in order (a step per piece)."""
     line_base = state.lines
     in_flight: deque[Future] = deque()
     try:
@@ -377,16 +377,16 @@ def _run(tasks: Iterator[tuple], state: State, pool: ProcessPoolExecutor,
             for task in tasks:
                 in_flight.append(pool.submit(*task))
                 if len(in_flight) > 2 * workers:
-                    calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
-                    yield calls
+                    line_base = _merge(in_flight.popleft().result(), line_base, state)
+                    yield
         except _StreamError as e:
             # The lines before the failed read: the replayed pieces', the pieces in
             # flight (as their workers count them) and the unfinished piece's.
             lines = line_base + sum(future.result()[1] for future in in_flight) + e.lines_after_pieces
             raise sequential.read_error(e.cause, state.name, lines + 1, e.offset) from None
         while in_flight:
-            calls, line_base = _merge(in_flight.popleft().result(), line_base, state)
-            yield calls
+            line_base = _merge(in_flight.popleft().result(), line_base, state)
+            yield
     finally:
         for future in in_flight:
             future.cancel()
@@ -394,9 +394,9 @@ def _run(tasks: Iterator[tuple], state: State, pool: ProcessPoolExecutor,
     state.lines = line_base
 
 
-def _merge(result: PieceResult, line_base: int, state: State) -> tuple[list[CollectiveCall], int]:
-    """The calls a piece's events complete, and the number of lines before the next
-    piece; the piece's counts, first malformed line and context ops taken into `state`."""
+def _merge(result: PieceResult, line_base: int, state: State) -> int:
+    """Replay a piece's events into `state.collected`; its counts, first malformed line
+    and context ops taken into `state`. Returns the number of lines before the next piece."""
     events, lines, skipped, (first_bad, bad_lines, rejoined), ops = result
     apply_ops(ops, state)
     state.summary.skipped.update(skipped)
@@ -405,12 +405,11 @@ def _merge(result: PieceResult, line_base: int, state: State) -> tuple[list[Coll
     room = BAD_LINES_KEPT - len(state.bad_lines)
     state.bad_lines.extend(line_base + n for n in bad_lines[:max(room, 0)])
     state.rejoined += rejoined
-    out: list[CollectiveCall] = []
     enabled = gc.isenabled()
     gc.disable()
     try:
-        replay(events, line_base, state, out)
+        replay(events, line_base, state)
     finally:
         if enabled:
             gc.enable()
-    return out, line_base + lines
+    return line_base + lines

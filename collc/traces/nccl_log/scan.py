@@ -22,7 +22,8 @@ from itertools import repeat
 from ...diagnostics import CollcError, Span
 from ...limits import int_limit
 from ..collectives import COLLECTIVE_OPS, call_sizes
-from ..records import CollectiveCall, SourceSummary, TraceContext
+from ..records import SourceSummary, TraceContext
+from .collected import Collected
 
 # ncclDataType_t codes (NCCL 2.4 on; bfloat16 from 2.10, fp8 from 2.19; RCCL uses the same).
 DATATYPES: dict[int, tuple[str, int]] = {
@@ -99,7 +100,9 @@ class State:
         self.comms: dict[tuple[bytes, bytes], tuple[int, int, str | None]] = dict(comms or {})
         # pid -> (nranks, rank) of its largest communicator: the process's global rank.
         self.process_rank: dict[bytes, tuple[int, int]] = dict(process_rank or {})
-        self.pending: dict[tuple[bytes, bytes], list[CollectiveCall]] = {}
+        # thread -> its calls (indices in `collected`) awaiting a TUNING line
+        self.pending: dict[tuple[bytes, bytes], list[int]] = {}
+        self.collected = Collected()              # the records so far, as columns
         self.first_bad: int | None = None
         self.bad_lines: list[int] = []            # the first BAD_LINES_KEPT of them
         self.rejoined = 0                         # records read across a lost line break
@@ -121,6 +124,7 @@ class State:
             for table in (self.shapes, self.shape_list, self.threads, self.thread_list,
                           self.tunings, self.tuning_list):
                 table.clear()
+            self.collected.forget_table()
 
     def saw_comm(self, comm_id: str | None, nranks: int) -> None:
         """An INIT line's communicator (and the world size it implies)."""
@@ -157,15 +161,16 @@ def apply_ops(ops: list[tuple], state: State) -> None:
             state.process_local_comm(communicator, nranks)
 
 
-def finish(state: State) -> list[CollectiveCall]:
-    """The calls still waiting for a TUNING line at the end of the log; notes and the
-    error of a log none of whose COLL lines could be read."""
-    out: list[CollectiveCall] = []
+def finish(state: State) -> None:
+    """Emit the calls still waiting for a TUNING line at the end of the log; notes, and
+    the error of a log none of whose COLL lines could be read."""
+    emitted = state.collected.emitted
+    before = len(emitted)
     for calls in state.pending.values():
-        out.extend(calls)
+        emitted.extend(calls)
     state.pending.clear()
     summary, context, name = state.summary, state.context, state.name
-    summary.records += len(out)
+    summary.records += len(emitted) - before
     if state.first_bad is not None:
         bad = summary.skipped.get("COLL line in no known format", 0)
         if summary.records == 0:
@@ -183,7 +188,6 @@ def finish(state: State) -> list[CollectiveCall]:
         context.notes.append(f"{name}: no INIT line gives a job-wide commId for "
                              f"{state.process_local_comms} communicators; they are named by "
                              "host:pid:comm pointer, so calls cannot be matched across processes")
-    return out
 
 
 class Events:
@@ -363,48 +367,65 @@ def _continued(data: bytes, start: int, end: int) -> re.Match | None:
     return m if m is not None and m.group(_OP + 1) is not None else None
 
 
-def replay(events: Events, line_base: int, state: State, out: list[CollectiveCall]) -> None:
-    """Records of the events (line numbers `line_base` on), appended to `out` in the order
-    they are complete: a call waits for the TUNING line its thread logs after it (which
-    gives its algorithm and protocol), unless its thread has no TUNING lines (more than
-    512 calls wait) or many threads wait at once (more than 64)."""
-    pending, name, summary = state.pending, state.name, state.summary
+def replay(events: Events, line_base: int, state: State) -> None:
+    """The records of the events (line numbers `line_base` on), appended to
+    `state.collected` as columns, and emitted in the order they are complete: a call
+    waits for the TUNING line its thread logs after it (which gives its algorithm and
+    protocol), unless its thread has no TUNING lines (more than 512 calls wait) or many
+    threads wait at once (more than 64). A record is its index in `state.collected`;
+    nothing here makes an object per call."""
+    pending, summary, collected = state.pending, state.summary, state.collected
     shape_list, thread_list, tuning_list = events.shapes, events.threads, events.tunings
-    call_record = CollectiveCall
-    emitted = len(out)
+    shape_index = collected.shape_index(shape_list)
+    shapes = collected.shapes
+    add_shape, add_line, add_seq = collected.shape.append, collected.line.append, collected.seq.append
+    emit, emit_all = collected.emitted.append, collected.emitted.extend
+    tuned = collected.tuned
+    record = len(collected.shape)
+    emitted = len(collected.emitted)
+    if events.stamps is not None and collected.stamp is None:
+        collected.stamp = [None] * record
+    stamps_out = collected.stamp
     stamps = events.stamps if events.stamps is not None else repeat(None)
     for sid, a, b, ts in zip(events.ids, events.lines, events.seqs, stamps):
         if sid >= 0:
-            thread, coll, rank, comm, nranks, dtype, n, nbytes, in_b, out_b, peer = shape_list[sid]
-            call = call_record(name, f"line {a + line_base}", coll, rank, comm, nranks, dtype, n,
-                               nbytes, b, ts, None, peer, None, None, None, "log", in_b, out_b)
+            add_shape(shape_index[sid])
+            add_line(a + line_base)
+            add_seq(b)
+            if stamps_out is not None:
+                stamps_out.append(ts)
+            thread = shape_list[sid][0]
             calls = pending.get(thread)
             if calls is not None:
-                calls.append(call)
+                calls.append(record)
                 if len(calls) > 512:       # no TUNING lines in this log: do not hold calls back
-                    out.extend(calls)
+                    emit_all(calls)
                     calls.clear()
             else:
-                pending[thread] = [call]
+                pending[thread] = [record]
                 if len(pending) > 64:      # many threads wait for a TUNING line: do not hold calls back
                     for calls in pending.values():
-                        out.extend(calls)
+                        emit_all(calls)
                     pending.clear()
+            record += 1
         else:
             calls = pending.pop(thread_list[~sid], None)
             if calls:
                 coll, nbytes, algo, proto = tuning_list[b]
+                tuning = collected.tuning(algo, proto)
                 # The calls this thread has just logged of the TUNING line's operation
                 # and size (a thread may log several calls before one TUNING line).
                 for call in calls:
-                    if call.algorithm is None and (coll is None or call.collective == coll):
-                        size = call.bytes
-                        if size == nbytes or size is None:
-                            call.algorithm, call.protocol = algo, proto
-                out.extend(calls)
+                    if call not in tuned:
+                        shape = shapes[collected.shape[call]]
+                        if coll is None or shape[1] == coll:
+                            size = shape[7]
+                            if size == nbytes or size is None:
+                                tuned[call] = tuning
+                emit_all(calls)
             else:
                 summary.skip("TUNING line with no COLL line before it")
-    summary.records += len(out) - emitted
+    summary.records += len(collected.emitted) - emitted
 
 
 def _timestamp(pre: bytes) -> tuple[float | None, bytes]:

@@ -12,19 +12,18 @@ import zlib
 from typing import BinaryIO, Iterator
 
 from ...diagnostics import CollcError, Span
-from ..records import CollectiveCall
 from .scan import State, replay, scan
 
 CHUNK_BYTES = 1 << 20     # fits the CPU caches: larger pieces read slower
 PIECES_PER_BATCH = 64     # 64 MiB of log, ~160k records: see scan_batch
 
 
-def read_stream(f: BinaryIO, state: State) -> Iterator[list[CollectiveCall]]:
-    """The calls of a (decompressed) log stream, a list per batch (lists, not calls: one
-    generator less for each call to pass), all but those `finish` flushes at the end."""
+def read_stream(f: BinaryIO, state: State) -> None:
+    """Read a (decompressed) log stream into `state.collected`: all its calls but those
+    `finish` flushes at the end."""
     pieces = chunks(f, state)
-    while (calls := scan_batch(pieces, state)) is not None:
-        yield calls
+    while scan_batch(pieces, state):
+        pass
 
 
 def chunks(f: BinaryIO, state: State) -> Iterator[tuple[bytes, int]]:
@@ -74,28 +73,26 @@ def read_error(e: BaseException, name: str, line: int, offset: int) -> CollcErro
                       notes=(f"after {offset} bytes of decompressed data",))
 
 
-def scan_batch(pieces: Iterator[tuple[bytes, int]], state: State) -> list[CollectiveCall] | None:
-    """The calls of the next PIECES_PER_BATCH pieces (None at the end of the file), read
+def scan_batch(pieces: Iterator[tuple[bytes, int]], state: State) -> bool:
+    """Scan and replay the next PIECES_PER_BATCH pieces (False at the end of the file),
     with the cyclic garbage collector paused.
 
-    Reading makes a record per call and keeps them all: none is garbage, yet every
-    collection while they are made walks them (each record's 19 fields), and each
-    eleventh walks all those read since again: 13% of the time on a 117 MB log. Paused
-    over a batch, not a piece, so that few collections run in between (a log of less
-    than ten batches then has each record walked once, not twice); never across a
-    `yield`, so the caller's code always runs with the collector as it left it."""
+    The replay keeps every record as a few integers in flat arrays, but the scan's
+    events and tables are lists of tuples: every collection while they are made would
+    walk them. Paused over a batch, not a piece, so that few collections run in
+    between; restored between batches, so that the collector never stays off for a
+    whole file."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        out: list[CollectiveCall] = []
         scanned = 0
         for data, end in pieces:
-            replay(scan(data, end, state), 0, state, out)
+            replay(scan(data, end, state), 0, state)
             state.trim()
             scanned += 1
             if scanned == PIECES_PER_BATCH:
                 break
-        return out if scanned else None
+        return scanned > 0
     finally:
         if enabled:
             gc.enable()

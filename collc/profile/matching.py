@@ -1,0 +1,328 @@
+"""Call records matched into job calls on columns (`collc.traces.columns.CallColumns`).
+
+The rules are the mix's (`collc.profile.mix`, module docstring); here they are whole-array
+steps (sorts, `np.unique`, `np.bincount`), so a log of millions of records makes no
+Python object per record: only the job calls' and rows' integer ids are computed, and
+`JobCall` objects are made on demand (`Matched.job_calls`, for the model).
+
+Every key below is an integer column: a record's communicator, collective, rank key
+(its rank, or its file where the trace names no rank), size, sequence number. A tuple
+of such columns is packed into one int64 (`dense_key`) with the same equalities, and
+ids are numbered in order of first occurrence (`first_ids`), which is the order the
+mix's dictionaries kept: so rows, communicators and iterations come out in the same
+order, and float sums are made in the same order (np.bincount adds its weights in
+input order), as the per-record loops gave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from collc.traces.columns import CallColumns, from_columns
+from collc.traces.records import CollectiveCall
+
+P2P = ("send", "recv")
+
+
+def rank_key(call: CollectiveCall) -> int | str:
+    """The recording rank, or its file where the trace does not say."""
+    return call.rank if call.rank is not None else f"file {call.source}"
+
+
+@dataclass(slots=True)
+class JobCall:
+    """One call of the job: the records of it that the traced ranks made."""
+
+    collective: str
+    communicator: str
+    records: list[CollectiveCall]
+    order: tuple  # where it falls in its first rank's stream (for iteration detection)
+
+    @property
+    def first(self) -> CollectiveCall:
+        return self.records[0]
+
+    @property
+    def ranks(self) -> set:
+        return {rank_key(c) for c in self.records}
+
+    @property
+    def durations(self) -> list[float]:
+        return [c.duration_us for c in self.records if c.duration_us is not None]
+
+    @property
+    def latency_us(self) -> float | None:
+        d = self.durations
+        return min(d) if d else None
+
+    @property
+    def straggler_us(self) -> float | None:
+        d = self.durations
+        return (max(d) - min(d)) if d else None
+
+# The kinds of job-call key: a record alone, a collective matched across ranks, a Send/Recv pair.
+_ALONE, _COLLECTIVE, _P2P = 0, 1, 2
+
+
+def dense_key(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """One int64 per record, equal for two records exactly where all `columns` are."""
+    key = np.zeros(n, dtype=np.int64)
+    span = 1
+    for column in columns:
+        column = np.asarray(column, dtype=np.int64)
+        if n == 0:
+            continue
+        low = int(column.min())
+        width = int(column.max()) - low + 1
+        if span * width >= 1 << 62:          # would overflow: renumber what is packed so far
+            key = np.unique(key, return_inverse=True)[1].astype(np.int64).reshape(n)
+            span = int(key.max()) + 1
+            if span * width >= 1 << 62:
+                column = np.unique(column, return_inverse=True)[1].astype(np.int64).reshape(n)
+                low, width = 0, int(column.max()) + 1
+        key = key * width + (column - low)
+        span *= width
+    return key
+
+
+def first_ids(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, firsts): each record's id, numbered in order of first occurrence, and each
+    id's first record (increasing)."""
+    if len(key) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    renumber = np.empty(len(first), dtype=np.int64)
+    renumber[by_first] = np.arange(len(first))
+    return renumber[inverse.reshape(-1)], first[by_first]
+
+
+def nth_in_stream(stream: np.ndarray, start: np.ndarray, start_none: np.ndarray) -> np.ndarray:
+    """Each record's index in its stream's issue order: by start time where every record
+    of the stream has one (ties keep read order), else as read."""
+    n = len(stream)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    streams = int(stream.max()) + 1
+    all_started = np.bincount(stream[start_none], minlength=streams) == 0
+    position = np.arange(n)
+    sort_key = np.where(all_started[stream], start, position.astype(np.float64))
+    order = np.lexsort((position, sort_key, stream))
+    ordered = stream[order]
+    begins = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    lengths = np.diff(np.r_[begins, n])
+    nth = np.empty(n, dtype=np.int64)
+    nth[order] = np.arange(n) - np.repeat(begins, lengths)
+    return nth
+
+
+def _codes(cols: CallColumns, name: str, none_as: object = None) -> tuple[list, np.ndarray]:
+    """(distinct values, int64 codes) of a coded field, None read as `none_as`."""
+    table = [none_as if v is None else v for v in cols.tables[name]]
+    index = {v: i for i, v in enumerate(dict.fromkeys(table))}
+    remap = np.array([index[v] for v in table] or [0], dtype=np.int64)
+    return list(index), remap[cols.codes[name].astype(np.int64)] if cols.n else np.zeros(0, dtype=np.int64)
+
+
+def _int_codes(values: np.ndarray) -> np.ndarray:
+    """Int64 codes with the equalities of `values` (int64, or Python ints past 63 bits)."""
+    if values.dtype != object:
+        return values.astype(np.int64)
+    return np.unique(values, return_inverse=True)[1].astype(np.int64).reshape(-1)
+
+
+@dataclass
+class Records:
+    """The per-record columns the mix uses, as int64 codes and float64 values."""
+
+    n: int
+    comms: list[str]                 # communicator names ("?" for none)
+    comm: np.ndarray
+    collectives: list[str]
+    collective: np.ndarray
+    rank_keys: list                  # rank (int) or "file <source>"
+    rank_key: np.ndarray
+    bytes_none: np.ndarray
+    bytes: np.ndarray
+    peer_none: np.ndarray
+    peer: np.ndarray
+    nranks: np.ndarray               # 0 where None (a size of 0 counts as unknown everywhere)
+    dtypes: list
+    dtype: np.ndarray
+    named: list[str]
+    named_by: np.ndarray
+    start_none: np.ndarray
+    start: np.ndarray
+    duration_none: np.ndarray
+    duration: np.ndarray
+    seq_none: np.ndarray
+    seq: np.ndarray
+    group_ranks: dict[int, tuple[int, ...]]
+
+    @classmethod
+    def of(cls, cols: CallColumns) -> "Records":
+        comms, comm = _codes(cols, "communicator", "?")
+        collectives, collective = _codes(cols, "collective")
+        dtypes, dtype = _codes(cols, "dtype")
+        named, named_by = _codes(cols, "named_by")
+        sources = cols.tables["source"]
+        rank_none = cols.int_none["rank"]
+        rank = cols.ints["rank"].astype(np.int64)
+        # A rank key is (0, rank) or (1, source): packed, then numbered.
+        source = cols.codes["source"].astype(np.int64)
+        pair = dense_key([rank_none, np.where(rank_none, source, rank)], cols.n)
+        ids, firsts = first_ids(pair)
+        rank_keys = [f"file {sources[source[i]]}" if rank_none[i] else int(rank[i]) for i in firsts.tolist()]
+        nranks = np.where(cols.int_none["nranks"], 0, cols.ints["nranks"]).astype(np.int64)
+        return cls(cols.n, comms, comm, collectives, collective, rank_keys, ids,
+                   cols.int_none["bytes"], _int_codes(cols.ints["bytes"]),
+                   cols.int_none["peer"], cols.ints["peer"].astype(np.int64), nranks,
+                   dtypes, dtype, named, named_by,
+                   cols.float_none["start_us"], cols.floats["start_us"],
+                   cols.float_none["duration_us"], cols.floats["duration_us"],
+                   cols.int_none["seq"], _int_codes(cols.ints["seq"]), cols.group_ranks)
+
+    def code_of(self, table: list, value: object) -> int:
+        """The code of `value` in a table of this record set, -1 if it does not occur."""
+        return table.index(value) if value in table else -1
+
+
+@dataclass
+class Matched:
+    """Job calls as ids: `job` is each record's job call, numbered in issue order (by
+    its first record); `first` each job call's first record; `collective` its name's
+    code (`records.collectives`: a matched Send/Recv pair is a send)."""
+
+    records: Records
+    columns: CallColumns
+    job: np.ndarray
+    first: np.ndarray
+    collective: np.ndarray
+    order: np.ndarray          # records by (job call, position)
+
+    @property
+    def count(self) -> int:
+        return len(self.first)
+
+    @property
+    def comm(self) -> np.ndarray:
+        """Each job call's communicator code."""
+        return self.records.comm[self.first]
+
+    def sizes(self) -> np.ndarray:
+        """Records per job call."""
+        return np.bincount(self.job, minlength=self.count)
+
+    def job_calls(self, calls: Sequence[CollectiveCall] | None = None) -> list[JobCall]:
+        """The job calls as `JobCall` objects (their records made from the columns
+        unless given)."""
+        calls = from_columns(self.columns) if calls is None else calls
+        r = self.records
+        members: list[list[CollectiveCall]] = [[] for _ in range(self.count)]
+        for i in self.order.tolist():
+            members[self.job[i]].append(calls[i])
+        names = [r.collectives[c] for c in self.collective.tolist()]
+        comms = [r.comms[c] for c in self.comm.tolist()]
+        return [JobCall(names[j], comms[j], members[j], (first,))
+                for j, first in enumerate(self.first.tolist())]
+
+
+def match(cols: CallColumns) -> Matched:
+    """The job calls of a set of records (the mix's rules, module docstring of `mix`)."""
+    r = Records.of(cols)
+    n = r.n
+    position = np.arange(n, dtype=np.int64)
+    send = r.code_of(r.collectives, "send")
+    recv = r.code_of(r.collectives, "recv")
+    is_send = r.collective == send
+    is_p2p = is_send | (r.collective == recv)
+    kind = np.full(n, _ALONE, dtype=np.int64)
+    a = position.copy()                       # the key's columns after the kind and the communicator
+    b = np.zeros(n, dtype=np.int64)
+    c = np.zeros(n, dtype=np.int64)
+    d = np.zeros(n, dtype=np.int64)
+    e = np.zeros(n, dtype=np.int64)
+
+    # Collectives on a communicator that more than one rank recorded: matched.
+    coll = ~is_p2p
+    comm_rank = dense_key([r.comm, r.rank_key], n)
+    _, one_each = np.unique(comm_rank[coll], return_index=True)      # a record of each (comm, rank)
+    ranks_on = np.bincount(r.comm[coll][one_each], minlength=len(r.comms))
+    matched = coll & (ranks_on[r.comm] > 1)
+    if matched.any():
+        idx = np.flatnonzero(matched)
+        stream, _ = first_ids(comm_rank[idx])
+        nth = nth_in_stream(stream, r.start[idx], r.start_none[idx])
+        # By seq on a communicator only where every stream has a seq on every record, all distinct.
+        seq_pairs = dense_key([stream, r.seq[idx]], len(idx))
+        repeated = np.zeros(int(stream.max()) + 1, dtype=bool)
+        uniq, counts = np.unique(seq_pairs, return_counts=True)
+        dup_streams = stream[np.isin(seq_pairs, uniq[counts > 1])]
+        repeated[dup_streams] = True
+        repeated[stream[r.seq_none[idx]]] = True
+        comm_of = r.comm[idx]
+        bad_comm = np.zeros(len(r.comms), dtype=bool)
+        bad_comm[comm_of[repeated[stream]]] = True
+        by_seq = ~bad_comm[comm_of]
+        kind[idx] = _COLLECTIVE
+        a[idx] = np.where(by_seq, r.seq[idx], nth)
+        b[idx] = r.collective[idx]
+
+    # Send/Recv with a known peer: the n-th send a->b meets the n-th recv on b from a.
+    paired = is_p2p & ~r.peer_none
+    if paired.any():
+        idx = np.flatnonzero(paired)
+        # The peer as a rank key: a rank the records name, or a new id past them.
+        peer_key = _peer_keys(r, r.peer[idx])
+        me = r.rank_key[idx]
+        src = np.where(is_send[idx], me, peer_key)
+        dst = np.where(is_send[idx], peer_key, me)
+        stream, _ = first_ids(dense_key([r.comm[idx], r.collective[idx], src, dst], len(idx)))
+        kind[idx] = _P2P
+        a[idx] = src
+        b[idx] = dst
+        c[idx] = nth_in_stream(stream, r.start[idx], r.start_none[idx])
+
+    grouped = kind != _ALONE
+    d[grouped] = r.bytes_none[grouped]
+    e[grouped] = r.bytes[grouped]
+    comm = np.where(grouped, r.comm, 0)
+    job, first = first_ids(dense_key([kind, comm, a, b, c, d, e], n))
+    count = len(first)
+    any_send = np.bincount(job[is_send], minlength=count) > 0 if send >= 0 else np.zeros(count, dtype=bool)
+    collective = r.collective[first]
+    if send >= 0:
+        collective = np.where((kind[first] == _P2P) & any_send, send, collective)
+    order = np.lexsort((position, job))
+    return Matched(r, cols, job, first, collective, order)
+
+
+def _peer_keys(r: Records, peers: np.ndarray) -> np.ndarray:
+    """Rank-key ids of peer ranks: the id of that rank where a record names it, else an
+    id of its own (past every record's)."""
+    known = {key: i for i, key in enumerate(r.rank_keys) if isinstance(key, int)}
+    distinct, inverse = np.unique(peers, return_inverse=True)
+    ids = []
+    extra = len(r.rank_keys)
+    for p in distinct.tolist():
+        if p in known:
+            ids.append(known[p])
+        else:
+            ids.append(extra)
+            extra += 1
+    return np.array(ids, dtype=np.int64)[inverse.reshape(-1)]
+
+
+def first_per_group(groups: np.ndarray, values: np.ndarray, eligible: np.ndarray, size: int) -> np.ndarray:
+    """For each group id (0..size-1), `values` of its first eligible entry (in the order
+    given), 0 where none."""
+    out = np.zeros(size, dtype=values.dtype)
+    idx = np.flatnonzero(eligible)
+    if len(idx):
+        g = groups[idx]
+        _, firsts = np.unique(g, return_index=True)
+        out[g[firsts]] = values[idx[firsts]]
+    return out
