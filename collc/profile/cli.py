@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 from collc.commands.args import finite_float, output_path
 from collc.diagnostics import CollcError, UsageError
 from collc.io import check_input_file
+from collc.traces.urls import is_url
 
 DEFAULT_ROWS = 25
 
@@ -22,7 +23,8 @@ DEFAULT_ROWS = 25
 def add_commands(subparsers) -> None:
     c = subparsers.add_parser("profile", help="the collective mix of a job's traces (NCCL logs, Kineto, Chakra, "
                                               "NCCL profiler dumps)")
-    c.add_argument("traces", nargs="+", metavar="TRACE", help="trace files, or directories of per-rank files")
+    c.add_argument("traces", nargs="+", metavar="TRACE", help="trace files, or directories of per-rank files; "
+                   "URLs (s3://bucket/job/, gs://..., file://...) where fsspec is installed")
     c.add_argument("--json", metavar="OUT", type=output_path, help="write the whole result as JSON")
     c.add_argument("--plot", metavar="DIR", help="write pictures (PNG and SVG) into DIR")
     c.add_argument("--topology", metavar="T", help='map the job onto a cluster: a stdlib topology ("dgx1", '
@@ -43,7 +45,8 @@ def add_commands(subparsers) -> None:
                         "read them in this process)")
     c.add_argument("--scheduler", metavar="ADDRESS",
                    help="read the files (and synthesize --library bands) on a running Dask cluster "
-                        "(tcp://host:8786; needs pip install \"collc[dask]\"); the workers must see the paths")
+                        "(tcp://host:8786; needs pip install \"collc[dask]\"); the workers must see the paths: "
+                        "shared ones, or URLs of a shared store")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing (outputs are still written)")
     c.set_defaults(func=cmd_profile)
 
@@ -91,7 +94,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     _check_outputs(args)
     for t in args.traces:
-        if not Path(t).is_dir():
+        if not is_url(t) and not Path(t).is_dir():
             check_input_file(t, "trace")
     with _progress_bar(args, "reading trace files") as progress:
         traces = read_traces(args.traces, workers=args.workers, scheduler=args.scheduler, progress=progress)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from ..diagnostics import CollcError, Span
+from .urls import is_url, open_url
 
 HEAD_BYTES = 1 << 16
 LOG_SCAN_BYTES = 16 << 20
@@ -46,6 +47,9 @@ class TraceSource:
 
     @classmethod
     def file(cls, path: str | Path) -> "TraceSource":
+        """A local file, or a URL read through fsspec (`urls`)."""
+        if is_url(path):
+            return cls(str(path), lambda: open_url(str(path)))
         return cls(str(path), lambda: open(path, "rb"))
 
 

@@ -21,6 +21,7 @@ from .detect import TraceSource, detect, detect_bytes, read_head
 from .columns import CallColumns, concat_columns, empty_columns, from_columns, to_columns
 from .parallel_files import FileResult, Progress, combine, local_workers, read_dask, read_local
 from .records import CollectiveCall, CommunicatorInfo, SourceSummary, TraceContext
+from .urls import is_url, url_files
 
 __all__ = ["CommunicatorInfo", "TraceSet", "read_traces", "read_file", "read_columns", "trace_files"]
 
@@ -69,10 +70,14 @@ def _reader(fmt: str) -> Reader:
     raise ValueError(f"no reader for format {fmt!r}")
 
 
-def trace_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """The files named, directories recursed (sorted, hidden files and MANIFESTs left out)."""
-    files: list[Path] = []
+def trace_files(paths: Sequence[str | os.PathLike]) -> list[Path | str]:
+    """The files named, directories recursed (sorted, hidden files and MANIFESTs left out);
+    URLs (`urls`) stay strings."""
+    files: list[Path | str] = []
     for p in paths:
+        if is_url(p):                 # a file or a prefix of a store: fsspec lists it
+            files.extend(url_files(str(p), _ignored))
+            continue
         path = Path(p)
         if path.is_dir():
             for sub in sorted(path.rglob("*")):
@@ -121,7 +126,9 @@ def _read_archive(archive: TraceSource, context: TraceContext
     columns: list[CallColumns] = []
     summaries: list[SourceSummary] = []
     try:
-        with tarfile.open(archive.name, "r:*") as tar:
+        # A URL's archive is read from its stream; a local one by name (tarfile seeks in it).
+        with (tarfile.open(fileobj=archive.opener(), mode="r:*") if is_url(archive.name)
+              else tarfile.open(archive.name, "r:*")) as tar:
             for member in tar.getmembers():
                 if not member.isfile() or _ignored(os.path.basename(member.name)):
                     continue

@@ -2,6 +2,7 @@
 of the one-process read: the same records in the same order, the same summaries,
 communicators and notes, and the same `collc profile --json`."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -95,6 +96,16 @@ def test_dask_cluster_gives_the_local_answer(ranks, cluster, tmp_path, capsys):
     address = cluster.scheduler.address
     assert _profile_json(capsys, tmp_path, ranks, "--scheduler", address) == \
         _profile_json(capsys, tmp_path, ranks, "--workers", "1")
+
+
+@pytest.mark.dask
+def test_dask_workers_read_urls(ranks, cluster):
+    pytest.importorskip("fsspec")
+    files = [ranks / "rank0000.log", ranks / "rank0003.log.gz"]
+    remote = read_traces([f.as_uri() for f in files], scheduler=cluster)
+    local = read_traces(files, workers=1)
+    assert [dataclasses.astuple(c)[1:] for c in remote.calls] == [dataclasses.astuple(c)[1:] for c in local.calls]
+    assert [s.path for s in remote.sources] == [Path(s.path).as_uri() for s in local.sources]
 
 
 def _kill_the_worker_once(path: str):
