@@ -8,8 +8,8 @@ Inputs, made here:
     (1.4 MB gzip, 80 NCCL kernels), each its own file;
   - the 20-size library of `bench_profile_library.py` (`collc profile --topology dgx1
     --library DIR`: 7 bands synthesized).
-The reads are `read_traces` in a fresh process (the part that runs in parallel); the
-library is the whole command. Each mode's wall time is given as a ratio to one
+Each is the whole command as a user types it (`collc profile DIR --json OUT`, with
+`--workers 1`, the default, or `--scheduler ADDRESS`) in a fresh process. Each mode's wall time is given as a ratio to one
 process; the peak memory (VmHWM) is the reading process's own, workers not counted.
 
     python3 bench/bench_profile_parallel.py [--runs 2] [--records 10000] [--out bench/results/profile_parallel.json]
@@ -37,14 +37,6 @@ KINETO = ROOT / ".." / "shared" / "data" / "traces" / "hta__negative_queue_lengt
 
 PEAK = "\ndef _peak():\n    for line in open('/proc/self/status'):\n        if line.startswith('VmHWM:'):\n" \
        "            return int(line.split()[1]) / 1024\n"
-READ = PEAK + """
-import json, sys, time
-from collc.traces.sources import read_traces
-mode, scheduler, path = sys.argv[1], sys.argv[2] or None, sys.argv[3]
-t = time.perf_counter()
-ts = read_traces([path], workers=1 if mode == 'one' else None, scheduler=scheduler)
-print(json.dumps({'seconds': time.perf_counter() - t, 'records': len(ts.calls), 'peak_mib': _peak()}))
-"""
 COMMAND = PEAK + """
 import json, sys, time
 from collc.cli import main
@@ -59,19 +51,21 @@ def child(code: str, args: list[str]) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def modes(address: str) -> dict[str, tuple[str, str]]:
-    return {"one process": ("one", ""), "local pool": ("pool", ""), "2-worker LocalCluster": ("dask", address)}
-
-
-def bench_reads(label: str, path: Path, runs: int, address: str) -> dict:
+def bench_reads(label: str, path: Path, runs: int, address: str, tmp: Path) -> dict:
+    """The whole command (`collc profile DIR --json OUT`) in each mode."""
     row: dict = {"input": label}
-    for name, (mode, sched) in modes(address).items():
-        results = [child(READ, [mode, sched, str(path)]) for _ in range(runs)]
+    flags = {"one process": ["--workers", "1"], "local pool": [], "2-worker LocalCluster": ["--scheduler", address]}
+    for name, extra in flags.items():
+        results = []
+        for _ in range(runs):
+            out = tmp / "reads.json"
+            results.append(child(COMMAND, ["profile", str(path), "--json", str(out), "-q", *extra]))
+            results[-1]["records"] = sum(s["records"] for s in json.loads(out.read_text())["sources"])
         best = min(results, key=lambda r: r["seconds"])
         row[name] = {"seconds": round(best["seconds"], 2), "peak_mib": round(best["peak_mib"]),
                      "records": best["records"], "load": round(os.getloadavg()[0], 1)}
     base = row["one process"]["seconds"]
-    for name in modes(address):
+    for name in flags:
         row[name]["speedup"] = round(base / row[name]["seconds"], 2)
     print(json.dumps(row), flush=True)
     return row
@@ -126,14 +120,14 @@ def main() -> int:
             for r in range(args.logs):
                 (logs / f"rank{r:04d}.log").write_text(make_log(r, args.records))
             results["rows"].append(bench_reads(f"{args.logs} per-rank NCCL logs, {args.records:,} records each",
-                                               logs, args.runs, cluster.scheduler_address))
+                                               logs, args.runs, cluster.scheduler_address, tmp))
         if "kineto" in wanted:
             traces = tmp / "kineto"
             traces.mkdir()
             for r in range(args.traces):
                 shutil.copy(KINETO, traces / f"rank{r:03d}.json.gz")
             results["rows"].append(bench_reads(f"{args.traces} Kineto traces (copies of an HTA rank trace)",
-                                               traces, args.runs, cluster.scheduler_address))
+                                               traces, args.runs, cluster.scheduler_address, tmp))
         if "library" in wanted:
             results["rows"].append(bench_library(tmp, args.runs, cluster.scheduler_address))
     if args.out.exists() and wanted != {"logs", "kineto", "library"}:
