@@ -269,19 +269,40 @@ def _nothing_moves(collective: Collective) -> bool:
 
 
 def compile_job(job: CompileJob, backend: str = "json", output: Path | None = None,
-                options: BackendOptions | None = None, with_baselines: bool = True) -> CompileResult:
+                options: BackendOptions | None = None, with_baselines: bool = True,
+                prepared: tuple[CompileUnit, dict[str, Any]] | None = None) -> CompileResult:
+    """Compile a job and write its outputs; `prepared`: its `prepare_job` result, where
+    that was computed already (in a worker process)."""
     options = options or BackendOptions()
     back = get_backend(backend)  # unknown backend: fail before the (maybe long) solve
+    if prepared is None:
+        prepared = prepare_job(job, backend, options, with_baselines)
+    unit, report = prepared
+    with few_collections():
+        outputs = back.emit(unit, output, options) if output is not None else []
+    report["outputs"] = [str(p) for p in outputs]
+    return CompileResult(unit, report, outputs)
+
+
+def prepare_job(job: CompileJob, backend: str = "json", options: BackendOptions | None = None,
+                with_baselines: bool = True) -> tuple[CompileUnit, dict[str, Any]]:
+    """A job's lowered schedule and its report, nothing written: a work unit that runs
+    in a worker process or on a Dask worker as well as here (`collc.parallel`). The
+    report (which simulates the schedule) comes before any output: a compile that fails
+    anywhere writes nothing."""
+    options = options or BackendOptions()
+    back = get_backend(backend)
     check_job(job, back, options)
     with few_collections():
         unit, solver = schedule_for_backend(job, back, options)
         assert unit.schedule is not None
-        # The report (which simulates the schedule) comes first: a compile that fails
-        # anywhere writes nothing.
         report = make_report(job, unit, solver, backend, [], with_baselines)
-        outputs = back.emit(unit, output, options) if output is not None else []
-    report["outputs"] = [str(p) for p in outputs]
-    return CompileResult(unit, report, outputs)
+    return unit, report
+
+
+def schedule_job(job: CompileJob, backend: str, options: BackendOptions) -> tuple[CompileUnit, dict[str, Any] | None]:
+    """`schedule_for_backend` with the backend by name: a work unit (`collc.parallel`)."""
+    return schedule_for_backend(job, get_backend(backend), options)
 
 
 def emit_library(backend: str, bands: list[LibraryBand], directory: Path, options: BackendOptions | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any, Callable
 
 from collc.commands.args import EXIT_OK, finite_float, int_at_least, path_text
 from collc.commands.output_paths import check_outputs, names_directory, one_request_many_sizes, output_path
@@ -134,9 +135,14 @@ def backend_options(args: argparse.Namespace):
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from collc.backends import get_backend
-    from collc.driver import check_job, compile_job
+    from collc.driver import check_job, compile_job, prepare_job
     from collc.io import all_or_nothing, atomic_write
 
+    if args.scheduler:
+        try:
+            import distributed  # noqa: F401  (only whether the optional extra is installed)
+        except ImportError:
+            raise UsageError('--scheduler needs Dask: pip install "collc[dask]"') from None
     backend = get_backend(args.backend)
     options = backend_options(args)
     jobs = compile_jobs(args)
@@ -154,9 +160,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
             reports = compile_library(args, jobs, backend, options, out)
         else:
             taken: set[Path] = set()
-            for job in jobs:
+            prepared = in_parallel(args, prepare_job, [(job, args.backend, options, not args.no_baselines)
+                                                       for job in jobs])
+            for job, ready in zip(jobs, prepared):
                 result = compile_job(job, args.backend, output_path(out, job, backend, directory, taken), options,
-                                     with_baselines=not args.no_baselines)
+                                     with_baselines=not args.no_baselines, prepared=ready)
                 reports.append(result.report)
         if args.report:
             atomic_write(args.report, json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n")
@@ -175,18 +183,30 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def compile_library(args: argparse.Namespace, jobs: list, backend, options, out: Path) -> list[dict]:
     """One request at several sizes, for a backend that writes libraries: a size-band
     library in `out` (open-ended: the bands cover every size), one report per size."""
-    from collc.driver import LibraryBand, emit_library, make_report, schedule_for_backend
+    from collc.driver import LibraryBand, emit_library, make_report, schedule_job
 
-    units = []
-    for job in jobs:
-        unit, solver = schedule_for_backend(job, backend, options)
-        units.append((job, unit, solver))
+    scheduled = in_parallel(args, schedule_job, [(job, args.backend, options) for job in jobs])
+    units = [(job, unit, solver) for job, (unit, solver) in zip(jobs, scheduled)]
     bands = [LibraryBand(unit.collective if unit.schedule is None else unit.schedule.collective, (job.size_bytes,),
                          unit) for job, unit, _ in units]
     library = emit_library(args.backend, bands, out, options, open_ended=True, verify=False)
     paths = {f.band: f.path for f in library.files}
     return [make_report(job, unit, solver, args.backend, [paths[i]], not args.no_baselines)
             for i, (job, unit, solver) in enumerate(units)]
+
+
+def in_parallel(args: argparse.Namespace, function: Callable[..., Any], units: list[tuple]) -> list:
+    """function(*unit) for every unit, in order. Requests are independent: several run
+    in parallel (`collc.parallel`: --workers local processes, default one per usable
+    CPU, or the Dask cluster of --scheduler); their schedules are those of one process,
+    as the search is bounded by work, not time (unless --time-limit fires)."""
+    from collc.parallel import local_workers, run_units
+
+    workers = args.workers if args.workers is not None else local_workers()
+    results: list = [None] * len(units)
+    for i, result in run_units(function, units, workers, args.scheduler):
+        results[i] = result
+    return results
 
 
 def backend_names() -> list[str]:
@@ -225,6 +245,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="solver threads (default: the solver's choice)")
     route.add_argument("--seed", type=int_at_least(0), metavar="N",
                        help="solver random seed, 0 or more (default: the solver's)")
+    par = c.add_argument_group("several requests (sizes, topologies)")
+    par.add_argument("--workers", type=int_at_least(1), default=None, metavar="N",
+                     help="processes that compile independent requests in parallel (default: one per usable "
+                          "CPU; 1: one after another in this process)")
+    par.add_argument("--scheduler", metavar="ADDRESS",
+                     help="compile the requests on a running Dask cluster (tcp://host:8786; needs "
+                          "pip install \"collc[dask]\")")
     out = c.add_argument_group("output")
     out.add_argument("--backend", default="json", choices=backend_names(),
                      help="what to write (default json)")

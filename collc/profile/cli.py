@@ -216,7 +216,7 @@ def _model(args: argparse.Namespace, mix):
     from collc import frontend
     from collc.profile.model import SYNTH_SECONDS, model_mix, parse_rank_map
 
-    from collc.traces.parallel_files import local_workers
+    from collc.parallel import local_workers
 
     topology = frontend.resolve_topology(args.topology)
     rank_map = parse_rank_map(args.rank_map) if args.rank_map else None

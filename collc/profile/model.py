@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from concurrent.futures import as_completed as local_completed
 from typing import Any, Callable
 
 from collc import frontend
@@ -37,8 +36,8 @@ from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.limits import exceeded, int_limit
+from collc.parallel import run_units
 from collc.profile.mix import P2P, Mix, per_iteration
-from collc.traces.parallel_files import process_pool
 
 # Sizes within this factor of a band's smallest size share the band's schedule.
 BAND_RATIO = 4.0
@@ -355,39 +354,15 @@ def _take_synthesis(band: Band, result: SynthesisResult) -> None:
 def _synthesize_all(jobs: list[tuple[Band, Placement]], seconds: float, workers: int,
                     scheduler: Any, progress: Callable[[int, int], None] | None) -> None:
     """Every band's synthesis: bands are independent, so they run in parallel (worker
-    processes here, or a Dask cluster) when there are several, with the same arguments
-    and solver time limit as in one process. A band whose solver finishes within the
-    limit gets the same schedule; one cut off by the limit gets what its solver found in
-    that time, which depends on the CPU it had (as it does in one process on a busy
-    machine): on 2 busy cores, 2 bands at once found a library saving 2% less."""
+    processes here, or a Dask cluster: `collc.parallel`) when there are several, with
+    the same arguments and solver time limit as in one process. A band whose solver
+    finishes within the limit gets the same schedule; one cut off by the limit gets
+    what its solver found in that time, which depends on the CPU it had (as it does in
+    one process on a busy machine): on 2 busy cores, 2 bands at once found a library
+    saving 2% less."""
     units = [(b.collective, b.nranks, b.representative, p.topology, seconds) for b, p in jobs]
-    if scheduler is not None and units:
-        from distributed import Client, as_completed   # optional: the [dask] extra
-
-        client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
-        try:
-            futures = [client.submit(synthesize_unit, *u, pure=False, retries=1) for u in units]
-            index = {f.key: i for i, f in enumerate(futures)}
-            for done, future in enumerate(as_completed(futures), 1):
-                _take_synthesis(jobs[index[future.key]][0], future.result())
-                if progress is not None:
-                    progress(done, len(units))
-        finally:
-            if client is not scheduler:
-                client.close()
-        return
-    if workers > 1 and len(units) > 1:
-        with process_pool(min(workers, len(units))) as pool:
-            futures = {pool.submit(synthesize_unit, *u): i for i, u in enumerate(units)}
-            for done, future in enumerate(local_completed(futures), 1):
-                _take_synthesis(jobs[futures[future]][0], future.result())
-                if progress is not None:
-                    progress(done, len(units))
-        return
-    for done, ((band, placement), unit) in enumerate(zip(jobs, units), 1):
-        _take_synthesis(band, synthesize_unit(*unit))
-        if progress is not None:
-            progress(done, len(units))
+    for i, result in run_units(synthesize_unit, units, workers, scheduler, progress):
+        _take_synthesis(jobs[i][0], result)
 
 
 def model_mix(mix: Mix, topology: Topology, rank_map: list[int] | None = None,

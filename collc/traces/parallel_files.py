@@ -15,14 +15,13 @@ location) and raised in the reading process: the first failing file's, in file o
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import threading
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..diagnostics import CollcError, Span
+from ..parallel import process_pool
 from .columns import CallColumns, concat_columns, empty_columns
 from .records import SourceSummary, TraceContext
 
@@ -41,14 +40,6 @@ class FileResult:
     error: tuple[str, Span | None, tuple[str, ...]] | None = None   # (message, span, notes)
 
 
-def local_workers() -> int:
-    """As many worker processes as this process may use CPUs."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:          # not Linux
-        return os.cpu_count() or 1
-
-
 def _one_log_process() -> None:
     # The files are the parallel units: a big log inside a worker is read by that worker
     # alone, not split again over a pool of its own (processes of processes).
@@ -56,15 +47,6 @@ def _one_log_process() -> None:
 
 
 Reader = Callable[[str], FileResult]
-
-
-def process_pool(workers: int, initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor:
-    """A pool of `workers` processes. fork is the cheapest start, but forking a process
-    that runs other threads can deadlock: then a fresh interpreter per worker."""
-    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() \
-        else "forkserver"
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
-                               initializer=initializer)
 
 
 def read_local(files: Sequence[str], workers: int, reader: Reader,

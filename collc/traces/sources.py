@@ -19,7 +19,8 @@ from ..diagnostics import CollcError, Span
 from ..io import check_input_file
 from .detect import TraceSource, detect, detect_bytes, read_head
 from .columns import CallColumns, concat_columns, empty_columns, from_columns, to_columns
-from .parallel_files import FileResult, Progress, combine, local_workers, read_dask, read_local
+from ..parallel import local_workers
+from .parallel_files import FileResult, Progress, combine, read_dask, read_local
 from .records import CollectiveCall, CommunicatorInfo, SourceSummary, TraceContext
 from .urls import is_url, url_files
 

@@ -1,0 +1,78 @@
+"""Independent work units run in parallel: worker processes on this machine, or the
+workers of a running Dask cluster.
+
+One engine for every command whose work splits into independent units: `collc profile
+--library` (a synthesis per size band) and `collc compile` with several sizes or
+topologies (a schedule per request). A unit is a picklable function and its
+arguments; its result comes back pickled, and the caller takes results as they
+complete (`run_units` yields each with its index), so its answer does not depend on
+the order in which units finish.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Callable, Iterator, Sequence
+
+# Called with (units done, units in all) as units complete.
+Progress = Callable[[int, int], None]
+
+
+def local_workers() -> int:
+    """As many worker processes as this process may use CPUs."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:          # not Linux
+        return os.cpu_count() or 1
+
+
+def process_pool(workers: int, initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor:
+    """A pool of `workers` processes. fork is the cheapest start, but forking a process
+    that runs other threads can deadlock: then a fresh interpreter per worker."""
+    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() \
+        else "forkserver"
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
+                               initializer=initializer)
+
+
+def run_units(function: Callable[..., Any], units: Sequence[tuple], workers: int = 1, scheduler: Any = None,
+              progress: Progress | None = None) -> Iterator[tuple[int, Any]]:
+    """(index, function(*units[index])) for every unit, as each completes: on the Dask
+    cluster whose scheduler is `scheduler` (an address or a `distributed.Client`; a
+    unit whose worker is lost is run again, one that raised is tried once more), else
+    on `workers` local processes where there are several units, else here in order."""
+    if scheduler is not None and units:
+        yield from _run_dask(function, units, scheduler, progress)
+        return
+    if workers > 1 and len(units) > 1:
+        with process_pool(min(workers, len(units))) as pool:
+            futures = {pool.submit(function, *unit): i for i, unit in enumerate(units)}
+            for done, future in enumerate(as_completed(futures), 1):
+                yield futures[future], future.result()
+                if progress is not None:
+                    progress(done, len(units))
+        return
+    for i, unit in enumerate(units):
+        yield i, function(*unit)
+        if progress is not None:
+            progress(i + 1, len(units))
+
+
+def _run_dask(function: Callable[..., Any], units: Sequence[tuple], scheduler: Any,
+              progress: Progress | None) -> Iterator[tuple[int, Any]]:
+    from distributed import Client, as_completed as dask_completed   # optional: the [dask] extra
+
+    client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    try:
+        futures = [client.submit(function, *unit, pure=False, retries=1) for unit in units]
+        index = {f.key: i for i, f in enumerate(futures)}
+        for done, future in enumerate(dask_completed(futures), 1):
+            yield index[future.key], future.result()
+            if progress is not None:
+                progress(done, len(units))
+    finally:
+        if client is not scheduler:
+            client.close()
