@@ -17,6 +17,7 @@ input order), as the per-record loops gave.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -207,7 +208,7 @@ class Matched:
     def count(self) -> int:
         return len(self.first)
 
-    @property
+    @cached_property
     def comm(self) -> np.ndarray:
         """Each job call's communicator code."""
         return self.records.comm[self.first]

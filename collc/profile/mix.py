@@ -263,10 +263,9 @@ def _fill_sets(rows: list[MixRow], m: Matched, record_row: np.ndarray) -> None:
     """Each row's ranks, peers and named_by counts: from the distinct (row, value) pairs."""
     r = m.records
     n = r.n
-    for key, code in ((dense_key([record_row, r.rank_key], n), r.rank_key),):
-        _, firsts = np.unique(key, return_index=True)
-        for i, k in zip(record_row[firsts].tolist(), code[firsts].tolist()):
-            rows[i].ranks.add(r.rank_keys[k])
+    _, firsts = np.unique(dense_key([record_row, r.rank_key], n), return_index=True)
+    for i, k in zip(record_row[firsts].tolist(), r.rank_key[firsts].tolist()):
+        rows[i].ranks.add(r.rank_keys[k])
     key = dense_key([record_row, r.named_by], n)
     _, firsts, counts = np.unique(key, return_index=True, return_counts=True)
     for i, k, c in zip(record_row[firsts].tolist(), r.named_by[firsts].tolist(), counts.tolist()):
