@@ -2,7 +2,7 @@
 
 import pickle
 
-from collc.traces.columns import from_columns, to_columns
+from collc.traces.columns import concat_columns, from_columns, to_columns
 from collc.traces.records import CollectiveCall
 from collc.traces.sources import read_traces
 from trace_samples import TRACES, sample
@@ -23,3 +23,14 @@ def test_round_trip_of_odd_values():
              CollectiveCall("b.json", "somewhere", "generic", named_by="kernel-name")]
     assert from_columns(to_columns(calls)) == calls
     assert from_columns(to_columns([])) == []
+
+
+def test_concatenated_columns_are_the_records_one_after_the_other():
+    # Tables in another order per part, sparse fields at offsets, a 64-bit opCount in one part only.
+    a = [CollectiveCall("a", "line 7", "send", rank=None, peer=3, seq=2**64 - 1, group_ranks=(0, 4)),
+         CollectiveCall("a", "somewhere", "allreduce", rank=1, communicator="c1", dtype="float32")]
+    b = [CollectiveCall("b.json", "event 3", "allreduce", rank=0, communicator="c2", duration_us=1.5),
+         CollectiveCall("b.json", "odd place", "generic", named_by="kernel-name", group_ranks=(1, 2)),
+         CollectiveCall("a", "line 9", "send", rank=2, communicator="c1", seq=4)]
+    joined = concat_columns([to_columns(a), to_columns([]), to_columns(b)])
+    assert joined.n == 5 and from_columns(joined) == a + b
