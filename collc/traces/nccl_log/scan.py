@@ -379,7 +379,7 @@ def replay(events: Events, line_base: int, state: State) -> None:
     shape_index = collected.shape_index(shape_list)
     shapes = collected.shapes
     add_shape, add_line, add_seq = collected.shape.append, collected.line.append, collected.seq.append
-    emit, emit_all = collected.emitted.append, collected.emitted.extend
+    emit_all = collected.emitted.extend
     tuned = collected.tuned
     record = len(collected.shape)
     emitted = len(collected.emitted)
