@@ -9,6 +9,14 @@ import os
 import shutil
 import tempfile
 
+from hypothesis import settings
+
+# Property tests draw the same cases on every run of the suite, so that a failure is
+# repeatable and a run cannot fail by chance; drawing new cases is the job of the long
+# runs (COLLC_FUZZ_PROFILE=long, bench/fuzz_long.py).
+settings.register_profile("suite", derandomize=True, database=None)
+settings.load_profile("suite")
+
 # The suite never touches the user's own cache (collc caches parsed standard-library
 # files under $XDG_CACHE_HOME/collc): one private cache directory for the whole run,
 # inherited by every `collc` the tests start.

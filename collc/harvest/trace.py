@@ -80,7 +80,7 @@ def log_problem(log: dict[str, Any]) -> str | None:
         return "`devices` must be an object of objects"
     for name, d in devices.items():
         for key, kind in _DEVICE_FIELDS.items():
-            if key in d and _wrong(d[key], kind):
+            if key not in d or _wrong(d[key], kind):
                 return f"devices.{name}.{key} must be a {kind}"
     for key in ("margin_s", "overrun_limit_s", "hang_timeout_s", "uptime_s"):
         if key in log and _wrong(log[key], _NUM):

@@ -86,6 +86,17 @@ def test_log_fields_of_the_wrong_type(tmp_path, capsys, changes, command):
     assert not (tmp_path / "t.json").exists()
 
 
+def test_a_device_missing_a_field_the_table_shows(tmp_path, capsys):
+    # Found by the harvest CLI's property test: a device without `p99_overrun_s` passed the check and
+    # raised KeyError while the status table was printed.
+    log = _log()
+    del next(iter(log["devices"].values()))["p99_overrun_s"]
+    path = tmp_path / "harvest-log.json"
+    path.write_text(json.dumps(log))
+    rc, err = _run(["harvest", "status", "--log", str(path)], capsys)
+    assert rc == 1 and "p99_overrun_s must be a number" in err
+
+
 def test_good_log_still_reads(tmp_path, capsys):
     path = tmp_path / "harvest-log.json"
     path.write_text(json.dumps(_log()))
