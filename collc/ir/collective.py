@@ -229,6 +229,11 @@ STANDARD = {
 }
 
 
+# The name a demand collective (an AllToAllv from a demand matrix: collc.frontend.demand)
+# goes by, and the `.coll` spelling's collective name.
+DEMAND_NAME = "alltoallv"
+
+
 def standard(kind: CollectiveKind | str, ranks: int, chunks: int = 1, root: int = 0) -> Collective:
     """The standard collective; the same (immutable) object for the same arguments, so
     the front end's, the backends' and the verifiers' copies compare by identity."""

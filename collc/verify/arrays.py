@@ -37,9 +37,6 @@ from collc.ir.schedule import Schedule
 from collc.ir.topology import NodeKind, Topology
 from collc.verify.columns import OpColumns, columns_of, sort_order
 
-# Below this many ops the op-by-op verifier is as fast (numpy has a fixed cost per call).
-MIN_OPS = 4096
-
 
 def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     """True when the schedule certainly verifies (with its race check) on `topology`;

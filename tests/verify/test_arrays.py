@@ -12,7 +12,8 @@ import collc.frontend as fe
 from collc.diagnostics import ScheduleError
 from collc.ir import Buffer, Link, Loc, Node, NodeKind, OpKind, Topology
 from collc.verify import verify, verify_op_by_op
-from collc.verify.arrays import MIN_OPS, verify_on_arrays
+from collc.verify.arrays import verify_on_arrays
+from collc.verify.symbolic import MIN_OPS
 from schedules import pipelined_ring_allgather, ring_allgather, ring_topology
 
 
