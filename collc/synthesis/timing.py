@@ -150,7 +150,6 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
         for p, i in enumerate(op_at):
             key[i] = p
     ready_at = [0.0] * n
-    started = [False] * n
     start = [0.0] * n
     link_free = [0.0] * len(network.links)
     queue: list[list[int]] = [[] for _ in network.links]  # priorities, sorted
@@ -174,18 +173,21 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
             for l in c.links:
                 single[l] = False
 
+    push, pop = heapq.heappush, heapq.heappop  # bound once: called for every op and link
+
     def begin(i: int, t: float) -> None:
-        started[i] = True
         start[i] = t
         order.append(i)
         c = costs[i]
+        p = key[i]
         for l, hold in zip(c.links, c.holds):
             remaining[l] -= hold
-            link_free[l] = t + hold
-            heapq.heappush(events, (t + hold, 1, l))
+            free = t + hold
+            link_free[l] = free
+            push(events, (free, 1, l))
             q = queue[l]
-            k = bisect_left(q, key[i])
-            if k < len(q) and q[k] == key[i]:
+            k = bisect_left(q, p)
+            if k < len(q) and q[k] == p:
                 del q[k]
         f = t + c.duration
         for j in succ[i]:
@@ -193,21 +195,22 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
                 ready_at[j] = f
             pending[j] -= 1
             if pending[j] == 0:
-                heapq.heappush(events, (ready_at[j], 0, j))
+                push(events, (ready_at[j], 0, j))
 
     while events:
         t = events[0][0]
         touched: set[int] = set()
         local: list[int] = []
         while events and events[0][0] <= t + eps:
-            _, kind, x = heapq.heappop(events)
+            _, kind, x = pop(events)
             if kind == 0:
-                links = costs[x].links
+                links = links_of[x]
                 if not links:
                     local.append(x)
                     continue
+                p = key[x]
                 for l in links:
-                    insort(queue[l], key[x])
+                    insort(queue[l], p)
                     touched.add(l)
             else:
                 touched.add(x)
