@@ -25,6 +25,9 @@ class _Held(NamedTuple):
     step: int  # the step of that op (-1: from the start)
 
 
+_NEW_TUPLE = tuple.__new__
+
+
 @dataclass(frozen=True)
 class OpList:
     ops: tuple[Op, ...]
@@ -81,7 +84,7 @@ def copy_ops(plan: Plan) -> OpList:
         deps.append(() if src.op is None else (src.op,))
         steps.append(t.step)
         routes_of.append(route.nodes)
-        h[route.dst] = _Held(dst, op_id, t.step)
+        h[route.dst] = _NEW_TUPLE(_Held, (dst, op_id, t.step))  # _Held(...) without its Python-level __new__
 
     for k, c in enumerate(problem.commodities):
         h = held[k]
