@@ -11,7 +11,7 @@ the same checks run here on numpy arrays:
   path through switches and NICs joins; a transfer with an explicit route (every
   steady-state schedule's) follows links from its source GPU to its destination GPU
   through no other GPU, checked once per distinct route (a schedule has few: tens of
-  thousands of ops on dgx1 share about fifty);
+  thousands of transfers on dgx1 share 32);
 - races: the accesses of each slot sorted by step; two of one step where one writes
   would be a race; otherwise every access must depend directly on the slot's previous
   write, and every write directly on the reads since that write (the verifier's rule,
