@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from operator import attrgetter, le
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter, le
 from typing import Sequence
 
 from collc.ir.schedule import Op, make_ops
