@@ -15,7 +15,13 @@ With `--collc PATH` another installation's `collc` is timed (an older checkout, 
 before/after); `--compare-outputs DIR` also checks that the main job's out.json is
 byte-for-byte the one in DIR, and report.json too but for the solver's seconds.
 
-    python3 bench/bench_startup.py [--runs 3] [--collc PATH] [--label TEXT]
+With `--baseline PATH` the two installations run in turn, a baseline run then a run of
+`--collc`, command by command, so that both see the same load: on a busy machine two
+blocks measured minutes apart differ by the load more than by the code. The table then
+gives both medians and their ratio (after / before), for wall and CPU seconds, and the
+main job's outputs of the two are compared (as with `--compare-outputs`).
+
+    python3 bench/bench_startup.py [--runs 3] [--collc PATH] [--baseline PATH] [--label TEXT]
         [--out bench/results/startup.json] [--md bench/results/startup.md]
         [--keep-outputs DIR] [--compare-outputs DIR]
 
@@ -86,17 +92,37 @@ def measure(collc: str, runs: int, workdir: Path) -> list[dict]:
     for name, args, goal in COMMANDS:
         run_once(collc, args, workdir)  # untimed: caches filled, as after a user's first run
         samples = [run_once(collc, args, workdir) for _ in range(runs)]
-        walls = [w for w, _, _ in samples]
-        cpus = [c for _, c, _ in samples]
-        loads = [l for _, _, l in samples]
-        rows.append({
-            "command": name, "argv": ["collc", *args], "goal_s": goal,
-            "median_s": statistics.median(walls), "runs_s": walls, "load_1min": loads,
-            "median_cpu_s": statistics.median(cpus), "runs_cpu_s": cpus,
-            "busy_runs": sum(l > busy_threshold() for l in loads),
-            "met": statistics.median(walls) <= goal,
-        })
+        rows.append(row_of(name, args, goal, samples))
     return rows
+
+
+def measure_in_turn(collc: str, baseline: str, runs: int, workdir: Path, base_dir: Path
+                    ) -> tuple[list[dict], list[dict]]:
+    """(rows of `collc`, rows of `baseline`), their runs alternating command by command."""
+    rows, base_rows = [], []
+    for name, args, goal in COMMANDS:
+        run_once(baseline, args, base_dir)  # untimed, each: caches filled
+        run_once(collc, args, workdir)
+        samples, base_samples = [], []
+        for _ in range(runs):
+            base_samples.append(run_once(baseline, args, base_dir))
+            samples.append(run_once(collc, args, workdir))
+        rows.append(row_of(name, args, goal, samples))
+        base_rows.append(row_of(name, args, goal, base_samples))
+    return rows, base_rows
+
+
+def row_of(name: str, args: list[str], goal: float, samples: list[tuple[float, float, float]]) -> dict:
+    walls = [w for w, _, _ in samples]
+    cpus = [c for _, c, _ in samples]
+    loads = [l for _, _, l in samples]
+    return {
+        "command": name, "argv": ["collc", *args], "goal_s": goal,
+        "median_s": statistics.median(walls), "runs_s": walls, "load_1min": loads,
+        "median_cpu_s": statistics.median(cpus), "runs_cpu_s": cpus,
+        "busy_runs": sum(l > busy_threshold() for l in loads),
+        "met": statistics.median(walls) <= goal,
+    }
 
 
 def same_outputs(workdir: Path, reference: Path) -> dict[str, bool]:
@@ -120,6 +146,15 @@ def markdown(rows: list[dict], meta: dict) -> str:
         loads = ", ".join(f"{l:.1f}" for l in r["load_1min"])
         lines.append(f"| `{r['command']}` | {r['median_s']:.2f} s | {runs} | {r['median_cpu_s']:.2f} s | {loads} | "
                      f"<= {r['goal_s']:g} s | {'yes' if r['met'] else 'no'} |")
+    if meta.get("baseline_rows"):
+        lines += ["", f"In turn with the baseline `{meta['baseline']}` (a baseline run, then one of the "
+                  "above, each time): medians, and after / before.", "",
+                  "| command | wall before | wall after | ratio | CPU before | CPU after | ratio |",
+                  "|---|---|---|---|---|---|---|"]
+        for r, b in zip(rows, meta["baseline_rows"]):
+            lines.append(f"| `{r['command']}` | {b['median_s']:.2f} s | {r['median_s']:.2f} s | "
+                         f"{r['median_s'] / b['median_s']:.2f} | {b['median_cpu_s']:.2f} s | "
+                         f"{r['median_cpu_s']:.2f} s | {r['median_cpu_s'] / b['median_cpu_s']:.2f} |")
     if meta.get("outputs"):
         lines += ["", "Outputs against the reference: " + ", ".join(
             f"{k} {'identical' if v else 'DIFFERENT'}" for k, v in meta["outputs"].items()) + "."]
@@ -137,26 +172,36 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--collc", default=default_collc(), help="the collc executable to time")
+    ap.add_argument("--baseline", help="another collc executable, timed in turn with --collc")
     ap.add_argument("--label", default="startup")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "startup.json")
     ap.add_argument("--md", type=Path, default=REPO / "bench" / "results" / "startup.md")
     ap.add_argument("--keep-outputs", type=Path, help="copy the main job's out.json and report.json here")
     ap.add_argument("--compare-outputs", type=Path, help="a directory with the reference out.json and report.json")
     args = ap.parse_args()
+    base_rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="collc-startup-") as tmp:
-        workdir = Path(tmp)
-        rows = measure(args.collc, args.runs, workdir)
-        outputs = same_outputs(workdir, args.compare_outputs) if args.compare_outputs else None
+        workdir = Path(tmp) / "after"
+        workdir.mkdir()
+        if args.baseline:
+            base_dir = Path(tmp) / "before"
+            base_dir.mkdir()
+            rows, base_rows = measure_in_turn(args.collc, args.baseline, args.runs, workdir, base_dir)
+        else:
+            rows = measure(args.collc, args.runs, workdir)
+        reference = args.compare_outputs or (base_dir if args.baseline else None)
+        outputs = same_outputs(workdir, reference) if reference else None
         if args.keep_outputs:
             args.keep_outputs.mkdir(parents=True, exist_ok=True)
             for name in ("out.json", "report.json"):
                 shutil.copy(workdir / name, args.keep_outputs / name)
-    loads = [l for r in rows for l in r["load_1min"]]
+    loads = [l for r in rows + base_rows for l in r["load_1min"]]
     meta = {"label": args.label, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "runs": args.runs, "collc": args.collc, "no_bytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
-            "load_min": min(loads), "load_max": max(loads), "busy_runs": sum(r["busy_runs"] for r in rows),
-            "total_runs": len(loads), "outputs": outputs}
+            "load_min": min(loads), "load_max": max(loads), "busy_runs": sum(r["busy_runs"] for r in rows + base_rows),
+            "total_runs": len(loads), "outputs": outputs,
+            **({"baseline": args.baseline, "baseline_rows": base_rows} if args.baseline else {})}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     section = markdown(rows, meta)

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from collc import jsontext
-from collc.jsontext import indented_json, list_items_text
+from collc.jsontext import WrittenList, indented_json, list_items_text
 
 
 def dumps(value) -> bytes:
@@ -64,3 +64,20 @@ def test_orjson_writes_the_plain_batches():
 @pytest.mark.parametrize("value", [1.5, float("nan"), None, 2**70, {1: 2}])
 def test_batches_orjson_could_write_otherwise_are_refused(value):
     assert list_items_text([{"v": value}], 1) is None
+
+
+def test_a_written_list_is_json_dumps_of_its_items_values():
+    """Batches the owner writes and batches it refuses (None) make json.dumps's text."""
+    items = list(range(10))
+
+    def to_json(i):
+        return {"i": i, "half": i / 2 if i % 4 == 0 else i // 2, "tags": ["x"] * (i % 3)}
+
+    def write(batch, level):
+        if batch[0] % 2:
+            return None  # refused: written from the values
+        return list_items_text([to_json(i) for i in batch], level)
+
+    doc = {"a": 1, "items": WrittenList(items, write, to_json), "z": [WrittenList([], write, to_json)]}
+    plain = {"a": 1, "items": [to_json(i) for i in items], "z": [[]]}
+    assert dumps(doc) == json.dumps(plain, indent=1).encode()

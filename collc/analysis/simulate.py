@@ -312,6 +312,9 @@ class _Plan:
             position[op.id] = i
         nbytes, paths, local_s, deps = [], [], [], []
         by_pair: dict[tuple[int, int], Path] = {}  # (src rank, dst rank) -> default path
+        # (route, src rank, dst rank) -> its path: the router's answer (and its checks)
+        # depends on nothing else, and a steady-state schedule routes every transfer.
+        by_route: dict[tuple[tuple[str, ...], int, int], Path] = {}
         op_bytes: dict[int, float] = {}  # count -> bytes, one float object per count
         for op in schedule.ops:
             b = op_bytes.get(op.count)
@@ -320,7 +323,11 @@ class _Plan:
             nbytes.append(b)
             if op.src.rank != op.dst.rank:
                 if op.route:
-                    paths.append(router.path_for(op))
+                    key = (op.route, op.src.rank, op.dst.rank)
+                    path = by_route.get(key)
+                    if path is None:
+                        path = by_route[key] = router.path_for(op)
+                    paths.append(path)
                 else:
                     pair = (op.src.rank, op.dst.rank)
                     path = by_pair.get(pair)

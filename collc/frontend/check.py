@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from collc.diagnostics import CollcError, Span
 from collc.frontend import ast
 from collc.frontend.evaluate import STANDARD_FUNCTIONS, suggest, unknown_name_error
-from collc.frontend.demand import DEMAND_NAME
 from collc.frontend.module import Module
+from collc.ir.collective import DEMAND_NAME
 
 TOPOLOGY, COLLECTIVE, ALGORITHM = "topology", "collective", "algorithm"
 

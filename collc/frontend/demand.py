@@ -28,12 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from collc.diagnostics import CollcError, Span
-from collc.ir.collective import ChunkId, Collective, CollectiveKind, standard
+from collc.ir.collective import DEMAND_NAME, ChunkId, Collective, CollectiveKind, standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
 
-# The name a demand collective goes by (and the `.coll` spelling's collective name).
-DEMAND_NAME = "alltoallv"
 # Slots are small enough that rounding every entry up adds at most this share of the bytes ...
 ROUNDING = 0.01
 # ... but never more slots than this in all.

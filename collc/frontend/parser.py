@@ -59,10 +59,29 @@ def parse(text: str, filename: str) -> ast.Module:
 
 
 def parse_spec(text: str, filename: str) -> ast.CallSpec:
-    """Parse a command-line call such as `ndv2(chassis = 2)`."""
+    """Parse a command-line call such as `ndv2(chassis = 2)`. A bare name (`dgx1`,
+    `allgather`: most specs) is read without Lark, whose parser takes longer to load
+    than the rest of such a command's front end; the call is the one Lark's would be."""
+    bare = _BARE_NAME.fullmatch(text)
+    if bare is not None and bare.group(1) not in _keywords():
+        name = bare.group(1)
+        column = bare.start(1) + 1
+        span = Span(filename, 1, column, 1, column + len(name))
+        return ast.CallSpec(name, (), span=span, name_span=span)
     tree = parse_tree(text, filename, start="spec")
     with _syntax_errors(text, filename):
         return _ToAst(filename, text).transform(tree)
+
+
+# A spec that is one NAME (the grammar's terminal) between spaces.
+_BARE_NAME = re.compile(r" *([A-Za-z_][A-Za-z0-9_]*) *")
+
+
+@functools.lru_cache(maxsize=1)
+def _keywords() -> frozenset[str]:
+    """The grammar's quoted words (`topology`, `on`, ...): a spec of one of them goes
+    through Lark, which decides what it is."""
+    return frozenset(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*)"', grammar_text()))
 
 
 def parse_value(text: str, filename: str) -> ast.Expr:

@@ -32,7 +32,8 @@ from collc.ir.collective import Collective
 from collc.ir.pipeline import PipelineJob
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
-from collc.units import BINARY_SHORTHAND
+from collc.limits import int_limit
+from collc.units import BINARY_SHORTHAND, UNITS
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,10 @@ def pipeline_names(path: str | os.PathLike) -> list[str]:
 _BINARY_SUFFIX = re.compile(r"(\s*[0-9]+(?:\.[0-9]+)?)(\s*)([" + "".join(BINARY_SHORTHAND) + r"])\s*")
 
 
+# A whole number, then bytes or a binary unit (exact integers: no float in between).
+_WHOLE_BINARY_SIZE = re.compile(r"(0|[1-9][0-9]*) *(B|KiB|MiB|GiB|TiB)?")
+
+
 def parse_size(text: str, span: Span | None = None) -> int:
     """`"1MiB"`, `"256MB"`, `"64 KiB"`, `"1024"`, `"1M"` (= 1 MiB, as nccl-tests reads it)
     -> bytes (0 is allowed: "no limit" in ranges), within the compiler's size limit
@@ -207,6 +212,14 @@ def parse_size(text: str, span: Span | None = None) -> int:
     binary = _BINARY_SUFFIX.fullmatch(text)
     if binary:  # `1M` as the generated executors and nccl-tests read it: 1 MiB
         text = f"{binary.group(1)}{binary.group(2)}{binary.group(3)}iB"
+    plain = _WHOLE_BINARY_SIZE.fullmatch(text)
+    if plain is not None:
+        # A whole number of bytes or of a binary unit (`256MiB`, most sizes typed) is the
+        # same exact integer the language makes of it, read without loading Lark's
+        # parser; one past the limit is left to the language, which words the error.
+        n = int(plain.group(1)) * int(UNITS[plain.group(2) or "B"][0])
+        if n <= int_limit("size_bytes"):
+            return n
     try:
         expr = parse_value(text, pseudo)
         try:

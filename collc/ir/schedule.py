@@ -10,11 +10,12 @@ simulator and the backends order by when several ops are ready.
 
 from __future__ import annotations
 
+import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import repeat
-from operator import attrgetter, ne as _ne
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter, ne as _ne
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -114,6 +115,51 @@ class Op:
         )
 
 
+def ops_json_text(ops: Sequence[Op], level: int) -> bytes | None:
+    """`[op.to_json() for op in ops]`'s elements as json.dumps(indent=1) writes them
+    nested `level` deep (see `collc.jsontext.list_items_text`), made by one format per
+    op: no dicts, no encoder (a dgx1 AllGather has 32,768 ops; to_json and orjson
+    with the indentation rewritten took three times as long). None when some op has
+    a field of another type than the IR's (an int subclass, a number from numpy, an
+    origin): the caller then writes it from `to_json`."""
+    if not ops or not _plain_fields(ops):
+        return None
+    i1 = "\n" + " " * (level + 1)
+    i2 = i1 + " "
+    sep, close = "," + i2, i1 + "]"
+    kind_text = {id(kind): f',{i1}"kind": "{kind.value}",{i1}"src": [{i2}' for kind in OpKind}
+    buffer_text = {id(buffer): f',{i2}"{buffer.value}",{i2}' for buffer in Buffer}
+    head, between = " " * level + "{" + i1 + '"id": ', f'{i1}],{i1}"dst": [{i2}'
+    count_head, deps_head, step_head = f'{i1}],{i1}"count": ', f',{i1}"deps": ', f',{i1}"step": '
+    end = "\n" + " " * level + "}"
+    route_text: dict[tuple[str, ...], str] = {(): ""}
+    for route in set(map(_ROUTE_OF, ops)):
+        if route:
+            route_text[route] = f',{i1}"route": [{i2}{sep.join(map(json.dumps, route))}{close}'
+    out = []
+    for op in ops:
+        src, dst, deps = op.src, op.dst, op.deps
+        deps_text = f"[{i2}{sep.join(map(str, deps))}{close}" if deps else "[]"
+        out.append(f"{head}{op.id}{kind_text[id(op.kind)]}{src[0]}{buffer_text[id(src[1])]}{src[2]}{between}"
+                   f"{dst[0]}{buffer_text[id(dst[1])]}{dst[2]}{count_head}{op.count}{deps_head}{deps_text}"
+                   f"{step_head}{op.step}{route_text[op.route]}{end}")
+    return ",\n".join(out).encode()
+
+
+def _plain_fields(ops: Sequence[Op]) -> bool:
+    """Every field of every op of exactly the IR's type (checked by C-level maps), so
+    that `str` writes each number as json.dumps does."""
+    srcs, dsts = list(map(_SRC_OF, ops)), list(map(_DST_OF, ops))
+    ints = chain(map(_ID_OF, ops), map(_COUNT_OF, ops), map(_STEP_OF, ops), chain.from_iterable(map(_DEPS_OF, ops)),
+                 map(itemgetter(0), srcs), map(itemgetter(2), srcs), map(itemgetter(0), dsts), map(itemgetter(2), dsts))
+    return (set(map(type, ints)) <= {int} and set(map(type, map(_KIND_OF, ops))) <= {OpKind}
+            and set(map(type, chain(srcs, dsts))) <= {Loc}
+            and set(map(type, chain(map(itemgetter(1), srcs), map(itemgetter(1), dsts)))) <= {Buffer}
+            and set(map(type, map(_DEPS_OF, ops))) <= {tuple} and set(map(type, map(_ROUTE_OF, ops))) <= {tuple}
+            and set(map(type, chain.from_iterable(map(_ROUTE_OF, ops)))) <= {str}
+            and set(map(_ORIGIN_OF, ops)) <= {None})
+
+
 def make_ops(n: int, *fields: Iterable[Any]) -> list[Op]:
     """`n` ops from one iterable per field (in `Op`'s field order), each field set for
     all ops by one C-level map: no Python call per op (a ring AllReduce on 1,024 ranks
@@ -126,6 +172,8 @@ def make_ops(n: int, *fields: Iterable[Any]) -> list[Op]:
 
 
 _STEP_OF, _SRC_RANK_OF, _DST_RANK_OF = attrgetter("step"), attrgetter("src.rank"), attrgetter("dst.rank")
+_ID_OF, _KIND_OF, _SRC_OF, _DST_OF, _COUNT_OF, _DEPS_OF, _ROUTE_OF, _ORIGIN_OF = map(
+    attrgetter, ("id", "kind", "src", "dst", "count", "deps", "route", "origin"))
 _new_object = object.__new__
 (_SET_ID, _SET_KIND, _SET_SRC, _SET_DST, _SET_COUNT, _SET_DEPS, _SET_STEP, _SET_ROUTE, _SET_ORIGIN) = (
     Op.__dict__[name].__set__ for name in Op.__slots__)
@@ -162,13 +210,16 @@ class Schedule:
         return sum(map(_ne, map(_SRC_RANK_OF, self.ops), map(_DST_RANK_OF, self.ops)))
 
     def to_json(self) -> dict[str, Any]:
+        return {**self.header_json(), "ops": [op.to_json() for op in self.ops]}
+
+    def header_json(self) -> dict[str, Any]:
+        """`to_json()` but its ops, in the same order (a writer adds them as it likes)."""
         return {
             "name": self.name,
             "topology": self.topology,
             "collective": self.collective.to_json(),
             "scratch": list(self.scratch),
             "meta": self.meta,
-            "ops": [op.to_json() for op in self.ops],
         }
 
     @classmethod

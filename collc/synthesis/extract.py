@@ -10,11 +10,12 @@ A rank that would receive a chunk twice keeps the first arrival only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from operator import attrgetter
 from typing import NamedTuple
 
 from collc.diagnostics import SolverError
-from collc.ir.schedule import Buffer, Loc, Op, OpKind
+from collc.ir.schedule import Buffer, Loc, Op, OpKind, make_ops
 from collc.synthesis.plan import Plan
 
 
@@ -24,6 +25,9 @@ class _Held(NamedTuple):
     step: int  # the step of that op (-1: from the start)
 
 
+_NEW_TUPLE = tuple.__new__
+
+
 @dataclass(frozen=True)
 class OpList:
     ops: tuple[Op, ...]
@@ -31,14 +35,12 @@ class OpList:
 
 
 _TRANSFER_ORDER = attrgetter("step", "commodity", "route")
-_OP_ORDER = attrgetter("step", "id")
 
 
 def copy_ops(plan: Plan) -> OpList:
     problem = plan.problem
     net = problem.network
     ranks = problem.ranks
-    ops: list[Op] = []
     scratch = [0] * ranks
     held: list[dict[int, _Held]] = []
     for c in problem.commodities:
@@ -51,8 +53,13 @@ def copy_ops(plan: Plan) -> OpList:
         for loc in c.targets:
             targets_at[k].setdefault(loc.rank, loc)
 
-    make = Op.make
-    copy = OpKind.COPY
+    # The ops' fields, one list each (op id = position here); the Op objects are made
+    # at the end by make_ops, field by field in C, in (step, id) order.
+    srcs: list[Loc] = []
+    dsts: list[Loc] = []
+    deps: list[tuple[int, ...]] = []
+    steps: list[int] = []
+    routes_of: list[tuple[str, ...]] = []
     routes = net.routes
     transfers = plan.transfers
     # A pipelined plan's steps are its order already (and unique): no sort needed.
@@ -71,10 +78,13 @@ def copy_ops(plan: Plan) -> OpList:
         if dst is None:
             dst = Loc(route.dst, Buffer.SCRATCH, scratch[route.dst])
             scratch[route.dst] += 1
-        op_id = len(ops)
-        ops.append(make(op_id, copy, src.loc, dst, 1, () if src.op is None else (src.op,), t.step, route.nodes,
-                        None))
-        h[route.dst] = _Held(dst, op_id, t.step)
+        op_id = len(srcs)
+        srcs.append(src.loc)
+        dsts.append(dst)
+        deps.append(() if src.op is None else (src.op,))
+        steps.append(t.step)
+        routes_of.append(route.nodes)
+        h[route.dst] = _NEW_TUPLE(_Held, (dst, op_id, t.step))  # _Held(...) without its Python-level __new__
 
     for k, c in enumerate(problem.commodities):
         h = held[k]
@@ -84,9 +94,17 @@ def copy_ops(plan: Plan) -> OpList:
                 raise SolverError(f"the {plan.method} plan leaves {loc} without {c.chunk}")
             if have.loc == loc:
                 continue
-            ops.append(make(len(ops), copy, have.loc, loc, 1, () if have.op is None else (have.op,),
-                            have.step + 1, (), None))
-    ops.sort(key=_OP_ORDER)
+            srcs.append(have.loc)
+            dsts.append(loc)
+            deps.append(() if have.op is None else (have.op,))
+            steps.append(have.step + 1)
+            routes_of.append(())
+    n = len(srcs)
+    # (step, id) order: ids grow with position, so a stable sort by step is that order.
+    order = sorted(range(n), key=steps.__getitem__)
+    ops = make_ops(n, order, repeat(OpKind.COPY, n), map(srcs.__getitem__, order), map(dsts.__getitem__, order),
+                   repeat(1, n), map(deps.__getitem__, order), map(steps.__getitem__, order),
+                   map(routes_of.__getitem__, order), repeat(None, n))
     return OpList(tuple(ops), tuple(scratch) if any(scratch) else ())
 
 

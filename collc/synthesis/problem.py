@@ -69,18 +69,21 @@ def build_problem(collective: Collective, network: Network, size_bytes: int) -> 
     if network.ranks != collective.ranks:
         raise CollcError(f"collective '{collective.name}' has {collective.ranks} ranks but topology "
                          f"'{network.topology.name}' has {network.ranks} GPUs")
+    # Locs made by tuple.__new__: Loc(...) runs a Python-level constructor, and a refined
+    # collective has tens of thousands of slots.
+    new_loc, inp, out = tuple.__new__, Buffer.INPUT, Buffer.OUTPUT
     sources: dict[ChunkId, list[Loc]] = {}
     for r, buf in enumerate(collective.inputs):
         for i, v in enumerate(buf):
             if v is not None and len(v) == 1:
                 (c,) = v
-                sources.setdefault(c, []).append(Loc(r, Buffer.INPUT, i))
+                sources.setdefault(c, []).append(new_loc(Loc, (r, inp, i)))
     targets: dict[ChunkId, list[Loc]] = {}
     for r, buf in enumerate(collective.outputs):
         for j, v in enumerate(buf):
             if v is not None:
                 (c,) = v
-                targets.setdefault(c, []).append(Loc(r, Buffer.OUTPUT, j))
+                targets.setdefault(c, []).append(new_loc(Loc, (r, out, j)))
     missing = sorted(c for c in targets if c not in sources)
     if missing:
         raise CollcError(f"collective '{collective.name}' needs {missing[0]} in an output, but no rank's "

@@ -19,9 +19,10 @@ import heapq
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter, le
 from typing import Sequence
 
-from collc.ir.schedule import Op
+from collc.ir.schedule import Op, make_ops
 from collc.synthesis.network import Network
 
 
@@ -137,12 +138,21 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
         pending[i] = len(op.deps)
         for d in op.deps:
             succ[pos[d]].append(i)
-    key = [(op.step, i) for i, op in enumerate(ops)]
+    # Priorities as ints: op i's rank in (step, list position) order, so that the queues
+    # compare ints, not tuples (the list is usually in that order already: the ranks are
+    # then the positions). `op_at[p]` is the op of priority p.
+    steps = [op.step for op in ops]
+    if all(map(le, steps, steps[1:])):
+        key = op_at = list(range(n))
+    else:
+        op_at = sorted(range(n), key=lambda i: (steps[i], i))
+        key = [0] * n
+        for p, i in enumerate(op_at):
+            key[i] = p
     ready_at = [0.0] * n
-    started = [False] * n
     start = [0.0] * n
     link_free = [0.0] * len(network.links)
-    queue: list[list[tuple[int, int]]] = [[] for _ in network.links]  # sorted by key
+    queue: list[list[int]] = [[] for _ in network.links]  # priorities, sorted
     events: list[tuple[float, int, int]] = []  # (time, kind, payload): 0 op ready, 1 link free
     for i in range(n):
         if pending[i] == 0:
@@ -163,18 +173,21 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
             for l in c.links:
                 single[l] = False
 
+    push, pop = heapq.heappush, heapq.heappop  # bound once: called for every op and link
+
     def begin(i: int, t: float) -> None:
-        started[i] = True
         start[i] = t
         order.append(i)
         c = costs[i]
+        p = key[i]
         for l, hold in zip(c.links, c.holds):
             remaining[l] -= hold
-            link_free[l] = t + hold
-            heapq.heappush(events, (t + hold, 1, l))
+            free = t + hold
+            link_free[l] = free
+            push(events, (free, 1, l))
             q = queue[l]
-            k = bisect_left(q, key[i])
-            if k < len(q) and q[k] == key[i]:
+            k = bisect_left(q, p)
+            if k < len(q) and q[k] == p:
                 del q[k]
         f = t + c.duration
         for j in succ[i]:
@@ -182,41 +195,43 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
                 ready_at[j] = f
             pending[j] -= 1
             if pending[j] == 0:
-                heapq.heappush(events, (ready_at[j], 0, j))
+                push(events, (ready_at[j], 0, j))
 
     while events:
         t = events[0][0]
         touched: set[int] = set()
         local: list[int] = []
         while events and events[0][0] <= t + eps:
-            _, kind, x = heapq.heappop(events)
+            _, kind, x = pop(events)
             if kind == 0:
-                links = costs[x].links
+                links = links_of[x]
                 if not links:
                     local.append(x)
                     continue
+                p = key[x]
                 for l in links:
-                    insort(queue[l], key[x])
+                    insort(queue[l], p)
                     touched.add(l)
             else:
                 touched.add(x)
         for i in sorted(local):
             begin(i, t)
-        for i in _dispatch(t, touched, queue, links_of, link_free, remaining, single):
+        for i in _dispatch(t, touched, queue, op_at, links_of, link_free, remaining, single):
             begin(i, t)
     if len(order) != n:
         raise RuntimeError("ops form a dependency cycle")
     return Timeline(ops, order, start, costs)
 
 
-def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], links_of: list[tuple[int, ...]],
+def _dispatch(t: float, touched: set[int], queue: list[list[int]], op_at: list[int], links_of: list[tuple[int, ...]],
               link_free: list[float], remaining: list[float], single: list[bool]) -> list[int]:
     """Ops to start at t: a set using every free link at most once. Transfers over one
     link are taken greedily by priority; those through switches (a first link into the
     fabric, a last link out of it: a crossbar) by a maximum bipartite matching, so that
-    a switch port never idles for want of a better pairing."""
+    a switch port never idles for want of a better pairing. Queues hold priorities;
+    `op_at` gives the op of each."""
     limit = t + 1e-15
-    cands: dict[int, tuple[int, int]] = {}
+    cands: dict[int, int] = {}  # op -> its priority
     for l in touched:
         if link_free[l] > limit:
             continue
@@ -226,11 +241,11 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], l
         if single[l]:
             # Only transfers over this link alone queue here: the first is startable
             # and the greedy pass below would take it and reject the rest.
-            cands[q[0][1]] = q[0]
+            cands[op_at[q[0]]] = q[0]
             continue
         found = 0
         for key in (q if len(q) <= SCAN_DEPTH else q[:SCAN_DEPTH]):
-            i = key[1]
+            i = op_at[key]
             if i in cands:
                 found += 1
             else:
@@ -246,8 +261,8 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], l
         return []
     # Transfers over one link are taken greedily in priority order; of those through
     # switches only the best of each (first link, last link) pair can be matched.
-    singles: list[tuple[tuple[int, int], int]] = []
-    pairs: dict[tuple[int, int], tuple[tuple[int, int], int]] = {}
+    singles: list[tuple[int, int]] = []
+    pairs: dict[tuple[int, int], tuple[int, int]] = {}
     for i, key in cands.items():
         links = links_of[i]
         if len(links) >= 2:
@@ -270,7 +285,7 @@ def _dispatch(t: float, touched: set[int], queue: list[list[tuple[int, int]]], l
                 used.add(l)
     if not pairs:
         return chosen
-    adj: dict[int, list[tuple[tuple[int, int], int, int]]] = {}
+    adj: dict[int, list[tuple[int, int, int]]] = {}
     for (a, b), (key, i) in pairs.items():
         if a in used or b in used:
             continue
@@ -308,9 +323,9 @@ def _assign_steps(ops: Sequence[Op], order: list[int], start: list[float],
     new_id: dict[int, int] = {}
     step_of: dict[int, int] = {}
     link_last: dict[int, int] = {}
-    out: list[Op] = []
+    new_deps: list[tuple[int, ...]] = []
+    new_steps: list[int] = []
     end = 0.0
-    make = Op.make
     for k, i in enumerate(order):
         op, c = ops[i], costs[i]
         step = int(start[i] / quantum + 1e-9)
@@ -332,8 +347,16 @@ def _assign_steps(ops: Sequence[Op], order: list[int], start: list[float],
             deps = (new_id[deps[0]],)
         elif deps:
             deps = tuple(sorted(new_id[d] for d in deps))
-        out.append(make(k, op.kind, op.src, op.dst, op.count, deps, step, op.route, op.origin))
+        new_deps.append(deps)
+        new_steps.append(step)
         f = start[i] + c.duration
         if f > end:
             end = f
+    # The ops made field by field in C (make_ops), not one Op.make call each.
+    placed = list(map(ops.__getitem__, order))
+    out = make_ops(len(placed), range(len(placed)), map(_KIND, placed), map(_SRC, placed), map(_DST, placed),
+                   map(_COUNT, placed), new_deps, new_steps, map(_ROUTE, placed), map(_ORIGIN, placed))
     return tuple(out), end
+
+
+_KIND, _SRC, _DST, _COUNT, _ROUTE, _ORIGIN = map(attrgetter, ("kind", "src", "dst", "count", "route", "origin"))

@@ -2,13 +2,16 @@
 
 `collc.verify.symbolic.verify` runs a schedule op by op in Python (a few microseconds
 an op: about 17 s for the 3.1 million ops of a ring AllReduce on 1,024 ranks). For the
-common shape (ops of one slot, no explicit routes, ids that are list positions, and
+common shape (ops of one slot, ids that are list positions, and
 every slot's value a set of chunks of one index, which covers the standard collectives)
 the same checks run here on numpy arrays:
 
 - structure: dependencies earlier in the list and at an earlier step, slots inside
   their buffers, no writes to inputs or unused outputs, transfers between GPUs that a
-  path through switches and NICs joins;
+  path through switches and NICs joins; a transfer with an explicit route (every
+  steady-state schedule's) follows links from its source GPU to its destination GPU
+  through no other GPU, checked once per distinct route (a schedule has few: tens of
+  thousands of transfers on dgx1 share 32);
 - races: the accesses of each slot sorted by step; two of one step where one writes
   would be a race; otherwise every access must depend directly on the slot's previous
   write, and every write directly on the reads since that write (the verifier's rule,
@@ -31,11 +34,8 @@ from operator import attrgetter, is_not
 import numpy as np
 
 from collc.ir.schedule import Schedule
-from collc.ir.topology import Topology
+from collc.ir.topology import NodeKind, Topology
 from collc.verify.columns import OpColumns, columns_of, sort_order
-
-# Below this many ops the op-by-op verifier is as fast (numpy has a fixed cost per call).
-MIN_OPS = 4096
 
 
 def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
@@ -45,10 +45,11 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     ranks, n = coll.ranks, len(schedule.ops)
     if n == 0 or (topology is not None and topology.num_ranks != ranks):
         return False
-    cols = columns_of(schedule, keep=True)  # kept: a lowering pass's re-verification reads them again
-    if (bool((cols.kind_route >= 2).any()) or bool((cols.count != 1).any())
-            or not np.array_equal(cols.ids, np.arange(n))):
-        return False  # routes, several slots per op, ids that are not positions
+    routes: dict[tuple[str, ...], int] = {}
+    # Kept (where it has no routes): a lowering pass's re-verification reads them again.
+    cols = columns_of(schedule, keep=True, routes=routes)
+    if bool((cols.count != 1).any()) or not np.array_equal(cols.ids, np.arange(n)):
+        return False  # several slots per op, ids that are not positions
     edges = cols.edges()
     if edges is None:
         return False
@@ -56,11 +57,11 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     step = cols.step
     if bool((dep >= op_of_edge).any()) or bool((step[dep] >= step[op_of_edge]).any()):
         return False
-    slots = _slot_numbers(schedule, cols, topology)
+    slots = _slot_numbers(schedule, cols, topology, routes)
     if slots is None:
         return False
     src, dst, total = slots
-    reduce = cols.kind_route == 1
+    reduce = (cols.kind_route & 1) == 1  # kind_route is route code x 2 + kind
     del cols, edges  # hundreds of MB at 1,024 ranks: keep only what the runs below read
     if not _race_free(src, dst, step, _DepTable(op_of_edge, dep, n), n):
         return False
@@ -68,11 +69,11 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     return _values_meet_postcondition(schedule, src, dst, reduce, step, total)
 
 
-def _slot_numbers(schedule: Schedule, cols: OpColumns, topology: Topology | None
-                  ) -> tuple[np.ndarray, np.ndarray, int] | None:
+def _slot_numbers(schedule: Schedule, cols: OpColumns, topology: Topology | None,
+                  routes: dict[tuple[str, ...], int]) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Every op's source and destination as slot numbers (each rank's input, output and
-    scratch one after another), after the range, writability and reach checks; None
-    when one fails."""
+    scratch one after another), after the range, writability, reach and route checks
+    (`routes`: each route's code in `cols`); None when one fails."""
     coll = schedule.collective
     ranks = coll.ranks
     sizes = np.array([[len(coll.inputs[r]), len(coll.outputs[r]), schedule.scratch_slots(r)] for r in range(ranks)],
@@ -91,16 +92,50 @@ def _slot_numbers(schedule: Schedule, cols: OpColumns, topology: Topology | None
     unused = np.array([all(v is None for v in buf) for buf in coll.outputs], dtype=bool)
     if bool((unused[cols.dst_rb // 3] & (dst_buf == 1)).any()):
         return None  # writes the output of a rank that has none
-    if topology is not None:
-        a, b = cols.src_rb // 3, cols.dst_rb // 3
-        moved = a != b
-        if bool(moved.any()):
-            joined = np.zeros((ranks, ranks), dtype=bool)
-            for r, reach in topology.direct_reach.items():
-                joined[r, list(reach)] = True
-            if not bool(joined[a[moved], b[moved]].all()):
-                return None
+    if topology is not None and not _transfers_follow_links(cols, topology, routes):
+        return None
     return out[0], out[1], int(sizes.sum())
+
+
+def _transfers_follow_links(cols: OpColumns, topology: Topology, routes: dict[tuple[str, ...], int]) -> bool:
+    """The verifier's link checks: a routed transfer follows its route (checked once
+    per route, then by the route's end ranks), an unrouted one joins GPUs that a path
+    through switches and NICs joins. Ops within one rank are not checked (as there)."""
+    ranks = topology.num_ranks
+    a, b = cols.src_rb // 3, cols.dst_rb // 3
+    moved = a != b
+    code = cols.kind_route >> 1  # 0: no route
+    routed = moved & (code > 0)
+    if bool(routed.any()):
+        ends = _route_ends(topology, routes)  # row per code: (first rank, last rank), -1 if invalid
+        first, last = ends[code[routed], 0], ends[code[routed], 1]
+        if bool((first < 0).any()) or not (np.array_equal(first, a[routed]) and np.array_equal(last, b[routed])):
+            return False
+    direct = moved & (code == 0)
+    if bool(direct.any()):
+        joined = np.zeros((ranks, ranks), dtype=bool)
+        for r, reach in topology.direct_reach.items():
+            joined[r, list(reach)] = True
+        if not bool(joined[a[direct], b[direct]].all()):
+            return False
+    return True
+
+
+def _route_ends(topology: Topology, routes: dict[tuple[str, ...], int]) -> np.ndarray:
+    """Per route code (row 0 unused): the ranks of the route's first and last GPU where
+    the route is valid (each hop a link, no GPU between its ends), else (-1, -1)."""
+    ends = np.full((len(routes) + 1, 2), -1, dtype=np.int64)
+    links = topology.link_map
+    for route, code in routes.items():
+        if len(route) < 2 or not all(map(topology.has_node, route)):
+            continue
+        nodes = [topology.node(name) for name in route]
+        if (nodes[0].kind is not NodeKind.GPU or nodes[-1].kind is not NodeKind.GPU
+                or any(node.kind is NodeKind.GPU for node in nodes[1:-1])
+                or not all((u, v) in links for u, v in zip(route, route[1:]))):
+            continue
+        ends[code] = (nodes[0].rank, nodes[-1].rank)
+    return ends
 
 
 class _DepTable:

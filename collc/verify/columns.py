@@ -50,13 +50,16 @@ def remember_columns(schedule: Schedule, columns: "BuiltColumns | OpColumns") ->
     _KNOWN_COLUMNS[key] = (weakref.ref(schedule, lambda _ref, key=key: _KNOWN_COLUMNS.pop(key, None)), columns)
 
 
-def columns_of(schedule: Schedule, keep: bool = False) -> "OpColumns":
+def columns_of(schedule: Schedule, keep: bool = False,
+               routes: dict[tuple[str, ...], int] | None = None) -> "OpColumns":
     """The schedule's columns: the recorded ones, else read from its ops (and recorded
-    if `keep`). Columns with routes are never recorded (their codes depend on a table)."""
+    if `keep`). Columns with routes are never recorded (their codes depend on a table):
+    a caller that reads route codes passes `routes`, which gets each route's code
+    (recorded columns have no routes, and leave it empty)."""
     hit = _KNOWN_COLUMNS.get(id(schedule))
     if hit is not None and hit[0]() is schedule:
         return hit[1]
-    routes: dict[tuple[str, ...], int] = {}
+    routes = {} if routes is None else routes
     columns = OpColumns(schedule.ops, routes)
     if keep and not routes:
         remember_columns(schedule, columns)

@@ -14,7 +14,10 @@ from collc.diagnostics import ScheduleError
 from collc.ir.collective import ChunkId, Value, value_str
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import NodeKind, Topology
-from collc.verify.arrays import MIN_OPS, verify_on_arrays
+
+# From this many ops `verify` tries the array form first (collc.verify.arrays); below it
+# the op-by-op run is as fast (numpy has a fixed cost per call).
+MIN_OPS = 4096
 
 
 def buffer_size(schedule: Schedule, rank: int, buffer: Buffer) -> int:
@@ -423,8 +426,13 @@ def verify(schedule: Schedule, topology: Topology | None = None, check_races: bo
     Every call runs the check: a caller that must not verify one schedule twice (at
     1,024 GPUs a run takes a minute) keeps what it verified, as the pass manager does on
     its compile unit."""
-    if check_races and len(schedule.ops) >= MIN_OPS and verify_on_arrays(schedule, topology):
-        return  # the array form decided (it never words an error)
+    if check_races and len(schedule.ops) >= MIN_OPS:
+        # The array form imports numpy (about 0.1 s): loaded only for a schedule large
+        # enough to take it, so that `collc check` of a small file does without.
+        from collc.verify.arrays import verify_on_arrays
+
+        if verify_on_arrays(schedule, topology):
+            return  # the array form decided (it never words an error)
     verify_op_by_op(schedule, topology, check_races)
 
 

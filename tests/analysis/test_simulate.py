@@ -144,6 +144,19 @@ def test_bad_routes_and_missing_paths_are_errors():
         simulate(ring_allgather(3), ring(3), SIZE, sharing="lifo")
 
 
+def test_a_route_taken_again_from_other_ranks_is_still_checked():
+    """Paths are looked up once per (route, ranks): an op that reuses an earlier op's
+    route between other GPUs is refused as if it came first."""
+    topo = build("two_switches", ["g0", "g1"], ["fast", "slow"],
+                 [("g0", "slow", 1 * GB), ("slow", "g1", 1 * GB), ("g0", "fast", 5 * GB), ("fast", "g1", 5 * GB),
+                  ("g1", "fast", 5 * GB), ("fast", "g0", 5 * GB)])
+    route = ("g0", "fast", "g1")
+    good = _transfer(0, 0, 1, route=route)
+    wrong = Op(1, OpKind.COPY, Loc(1, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), route=route)
+    with pytest.raises(ScheduleError, match="which does not run from g1 to g0"):
+        simulate(Schedule("two", _custom(2, 1), "t", (good, wrong)), topo, SIZE)
+
+
 def test_dependency_at_the_same_step_is_rejected():
     coll = _custom(3, 1)
     ops = (_transfer(0, 0, 1, step=1), Op(1, OpKind.COPY, Loc(1, Buffer.OUTPUT, 0), Loc(2, Buffer.OUTPUT, 0),

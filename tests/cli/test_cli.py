@@ -213,3 +213,23 @@ def test_the_harvest_packages_names_are_there_on_first_use():
 
     assert harvest.HarvestClient is HarvestClient and harvest.TaskSpec is TaskSpec
     assert set(harvest.__all__) <= set(dir(harvest))
+
+
+# Modules `collc check` of a pipeline file must not load: numpy comes with schedules
+# (stdlib builders, the array verifier, demand matrices), not with reading a file.
+NOT_FOR_CHECK = ("numpy", "highspy", "networkx", "collc.driver", "collc.synthesis", "collc.frontend.stdlib_builders",
+                 "collc.frontend.demand", "collc.verify.arrays")
+
+
+def test_check_of_a_pipeline_file_loads_no_numpy(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "pipeline_dgx1.coll"
+    probe = ("import sys\nfrom collc.cli import main\n"
+             f"code = main(['check', {str(example)!r}])\n"
+             f"print(code, sorted(m for m in {NOT_FOR_CHECK!r} if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 []"

@@ -1,6 +1,7 @@
 """The array form of verification (collc/verify/arrays.py) against the op-by-op verifier:
-it accepts the stdlib rings, and it never accepts a schedule the op-by-op verifier
-rejects (checked on hundreds of single mutations of verified schedules)."""
+it accepts the stdlib rings and routed schedules, and it never accepts a schedule the
+op-by-op verifier rejects (checked on hundreds of single mutations of verified
+schedules, routes included)."""
 
 import random
 from dataclasses import replace
@@ -9,10 +10,11 @@ import pytest
 
 import collc.frontend as fe
 from collc.diagnostics import ScheduleError
-from collc.ir import Buffer, Loc, OpKind
+from collc.ir import Buffer, Link, Loc, Node, NodeKind, OpKind, Topology
 from collc.verify import verify, verify_op_by_op
-from collc.verify.arrays import MIN_OPS, verify_on_arrays
-from schedules import pipelined_ring_allgather, ring_topology
+from collc.verify.arrays import verify_on_arrays
+from collc.verify.symbolic import MIN_OPS
+from schedules import pipelined_ring_allgather, ring_allgather, ring_topology
 
 
 def _ring(collective: str, n: int):
@@ -114,3 +116,84 @@ def test_values_of_more_than_64_ranks_take_several_words(collective):
     assert not verify_on_arrays(wrong, topo)
     with pytest.raises(ScheduleError):
         verify(wrong, topo)
+
+
+def _switched_ring(n: int) -> Topology:
+    """`ring_topology(n)` plus a switch joined to every GPU: a transfer may go straight
+    to the next GPU or through the switch."""
+    ring = ring_topology(n)
+    to_switch = [Link(f"g{i}", "sw", 1e9, 1e-6) for i in range(n)] + [Link("sw", f"g{i}", 1e9, 1e-6) for i in range(n)]
+    return Topology(f"switched_ring{n}", ring.nodes + (Node("sw", NodeKind.SWITCH),), ring.links + tuple(to_switch))
+
+
+def _routed(sched, via_switch: bool):
+    """Every transfer of `sched` with an explicit route: straight over the ring's link,
+    or through the switch."""
+    def route(op):
+        a, b = f"g{op.src.rank}", f"g{op.dst.rank}"
+        return (a, "sw", b) if via_switch else (a, b)
+    return replace(sched, ops=tuple(replace(op, route=route(op)) if op.is_transfer else op for op in sched.ops))
+
+
+@pytest.mark.parametrize("via_switch", [False, True])
+def test_routed_transfers_verify_on_arrays(via_switch):
+    """Steady-state schedules route every transfer: the array form checks the routes
+    (once per distinct route) instead of handing the schedule to the op-by-op run."""
+    topo = _switched_ring(5)
+    sched = _routed(ring_allgather(5), via_switch)
+    verify_op_by_op(sched, topo)
+    assert verify_on_arrays(sched, topo)
+    assert verify_on_arrays(sched, None)
+
+
+@pytest.mark.parametrize("route", [
+    ("g0", "g2"),  # not a link
+    ("g0", "g1", "g2"),  # through a GPU without storing
+    ("g1", "sw", "g2"),  # starts at another GPU
+    ("g0", "sw", "g3"),  # ends at another GPU
+    ("g0", "nowhere", "g1"),  # a node the topology lacks
+    ("g0",),  # one node
+])
+def test_a_wrong_route_is_left_to_the_verifier(route):
+    topo = _switched_ring(5)
+    sched = _routed(ring_allgather(5), True)
+    i = next(k for k, op in enumerate(sched.ops) if op.src.rank == 0 and op.dst.rank == 1)
+    wrong = replace(sched, ops=sched.ops[:i] + (replace(sched.ops[i], route=route),) + sched.ops[i + 1:])
+    assert not verify_on_arrays(wrong, topo)
+    with pytest.raises(ScheduleError) as err:
+        verify(wrong, topo)
+    with pytest.raises(ScheduleError) as again:
+        verify_op_by_op(wrong, topo)
+    assert err.value.message == again.value.message
+
+
+def test_routes_are_unchecked_without_a_topology_in_both_forms():
+    sched = _routed(ring_allgather(5), True)
+    wrong = replace(sched, ops=tuple(replace(op, route=("x", "y")) if op.route else op for op in sched.ops))
+    verify_op_by_op(wrong, None)
+    assert verify_on_arrays(wrong, None)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_the_array_form_never_accepts_a_routed_schedule_the_verifier_rejects(seed):
+    topo = _switched_ring(5)
+    sched = _routed(ring_allgather(5), bool(seed % 2))
+    rng = random.Random(seed)
+    names = [n.name for n in topo.nodes]
+    accepted = rejected = 0
+    for wrong in _mutations(sched, rng, 100):
+        # Half of the mutations also reroute one transfer over random nodes.
+        if rng.random() < 0.5:
+            i = rng.randrange(len(wrong.ops))
+            hops = tuple(rng.choice(names) for _ in range(rng.randrange(1, 4)))
+            wrong = replace(wrong, ops=wrong.ops[:i] + (replace(wrong.ops[i], route=hops),) + wrong.ops[i + 1:])
+        try:
+            verify_op_by_op(wrong, topo)
+            ok = True
+        except ScheduleError:
+            ok = False
+        fast = verify_on_arrays(wrong, topo)
+        assert not fast or ok, "the array form accepted a schedule the verifier rejects"
+        accepted += fast
+        rejected += not ok
+    assert rejected > 30 and accepted > 0

@@ -18,12 +18,10 @@ from collc.frontend import ast
 from collc.frontend.evaluate import Evaluator, NotAValue, Scope, as_int, RankRangeError
 from collc.frontend.module import Entry
 from collc.frontend.rings import find_ring, find_tree
-from collc.frontend.stdlib_builders import builder_for
 from collc.frontend.runner import BodyRunner, bind_args, called_from, instance_name, params_scope
 from collc.ir.collective import Collective
 from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
-from collc.verify.columns import remember_columns
 from collc.verify import verify
 
 _BUFFERS = {ast.BufferToken.IN: Buffer.INPUT, ast.BufferToken.OUT: Buffer.OUTPUT,
@@ -121,7 +119,14 @@ def instantiate(entry: Entry, topology: Topology, collective: Collective,
     bound = bind_args(defn, args, call_span, base, ev)
     program = _Program(collective)
     scope = params_scope(base, defn, bound)
-    built = None if interpret or ring is None else builder_for(entry.module.stdlib_name, defn)
+    built = None
+    if not interpret and ring is not None:
+        # The builders work on numpy arrays, whose import costs about 0.1 s: loaded where
+        # a ring algorithm is instantiated, not by every command that loads the front end
+        # (`collc check` of a pipeline file needs no numpy at all).
+        from collc.frontend.stdlib_builders import builder_for
+
+        built = builder_for(entry.module.stdlib_name, defn)
     with called_from(f"algorithm {defn.name} for {collective.name} on {topology.name}", call_span):
         if built is not None:
             build, stmts = built
@@ -137,6 +142,8 @@ def instantiate(entry: Entry, topology: Topology, collective: Collective,
         meta["tree_parent"] = list(tree[1])
     schedule = Schedule(instance_name(defn, bound), collective, topology.name, tuple(program.ops), scratch, meta)
     if program.columns is not None:
+        from collc.verify.columns import remember_columns  # numpy's module: see the builders' import above
+
         remember_columns(schedule, program.columns)  # the verifier reads them instead of the ops
     _verify(schedule, topology, defn)
     return schedule

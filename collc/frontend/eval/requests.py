@@ -12,12 +12,11 @@ from collc.frontend import ast
 from collc.frontend.eval import algorithm as algorithm_mod
 from collc.frontend.eval import collective as collective_mod
 from collc.frontend.eval import topology as topology_mod
-from collc.frontend.demand import DEMAND_NAME, demand_of_request
 from collc.frontend.evaluate import Evaluator, Scope, as_int
 from collc.frontend.module import Module
 from collc.frontend.runner import evaluate_args
 from collc.frontend.values import SIZE, Quantity, dim_of, format_value, type_word
-from collc.ir.collective import ChunkId, Collective, value_str
+from collc.ir.collective import DEMAND_NAME, ChunkId, Collective, value_str
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.limits import exceeded, int_limit
@@ -123,7 +122,10 @@ def evaluate_request(module: Module, req: ast.Compile) -> CompileRequest:
     topology = topology_mod.instantiate(topo_entry, evaluate_args(req.topology.args, scope, ev), req.topology.span)
     size = None if req.size is None else size_bytes(ev.eval(req.size, scope), req.size.span)
     if req.collective.name == DEMAND_NAME and module.find_collective(DEMAND_NAME) is None:
-        # `compile alltoallv(demand = "m.csv") on T size S;`: a demand matrix (collc.frontend.demand)
+        # `compile alltoallv(demand = "m.csv") on T size S;`: a demand matrix (collc.frontend.demand),
+        # read with numpy (about 0.1 s to import): loaded for such a request only.
+        from collc.frontend.demand import demand_of_request
+
         demand = demand_of_request(module, req, topology, size, evaluate_args(req.collective.args, scope, ev))
         collective, size = demand.collective, demand.size_bytes
     else:
