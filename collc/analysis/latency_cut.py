@@ -107,6 +107,7 @@ def latency_cut_bound(topology: Topology, inside: set[str], volume: float, cross
     leaving = [link for link in topology.links if link.src in inside and link.dst not in inside]
     caps, first, last = [], [], []
     every = _every_needer_windows(topology, leaving, crossings, needers)
+    late = late_entry_capacity(topology, inside, leaving, crossings) if every is not None else np.inf
     for k, link in enumerate(leaving):
         before = from_holders.get(link.src, np.inf)
         after = to_needers.get(link.dst, np.inf)
@@ -118,7 +119,7 @@ def latency_cut_bound(topology: Topology, inside: set[str], volume: float, cross
         return 0.0
     if every is None:
         return window_bound(np.array(caps), np.array(first), volume)
-    return multicast_window_bound(np.array(caps), np.array(first), np.array(last), volume)
+    return multicast_window_bound(np.array(caps), np.array(first), np.array(last), volume, late)
 
 
 def _every_needer_windows(topology: Topology, leaving: list, crossings: list[Crossing],
@@ -147,17 +148,20 @@ def _every_needer_windows(topology: Topology, leaving: list, crossings: list[Cro
     return out
 
 
-def multicast_window_bound(capacities: np.ndarray, first: np.ndarray, last: np.ndarray, volume: float) -> float:
+def multicast_window_bound(capacities: np.ndarray, first: np.ndarray, last: np.ndarray, volume: float,
+                           late_capacity: float = np.inf) -> float:
     """The least T at which the links can carry `volume` bytes of multicast data out of
     the set: a byte that leaves once uses link i within its every-needer window (T -
     last_i); a byte that leaves twice or more (to reach its needers separately) uses
-    two link windows of at most T - first_i. So T must allow
-    sum_i x_i + y_i / 2 >= volume with x_i <= c_i (T - last_i), x_i + y_i <= c_i (T - first_i)."""
+    two link windows of at most T - first_i, and such bytes are at most `late_capacity`
+    in all (`late_entry_capacity`). So T must allow sum_i x_i + L >= volume with
+    x_i <= c_i (T - last_i), x_i + y_i <= c_i (T - first_i), L <= sum_i y_i / 2 and
+    L <= late_capacity."""
     def carried(t: float) -> float:
         once = capacities * np.clip(t - last, 0.0, None)
         any_ = capacities * np.clip(t - first, 0.0, None)
         once = np.minimum(once, any_)
-        return float(once.sum() + (any_ - once).sum() / 2)
+        return float(once.sum() + min((any_ - once).sum() / 2, late_capacity))
 
     lo, hi = 0.0, float(max(last.max(), first.max()) + 2 * volume / capacities.sum() + 1.0)
     for _ in range(200):
@@ -167,3 +171,75 @@ def multicast_window_bound(capacities: np.ndarray, first: np.ndarray, last: np.n
         else:
             lo = mid
     return hi
+
+
+# Sets around a needer tried by late_entry_capacity: the needer with the nodes at most
+# this many distinct latencies away from it.
+LATE_ENTRY_SETS = 8
+
+
+def late_entry_capacity(topology: Topology, inside: set[str], leaving: list, crossings: list[Crossing]) -> float:
+    """The most bytes of multicast requirements that can leave the set only *late*:
+    no copy of them leaves early enough to reach every needer outside, so each needer
+    gets a copy of its own (np.inf where not bounded).
+
+    Take such a byte and a needer d. Its copy to d last leaves the set over some link i
+    at t (link times as in the windows above: a byte on a link at t is at the link's head
+    at t + the link's latency), and being late, t > T - lat_i - reach(i's head), where
+    reach(v) is the least latency from v to every needer through one GPU that copies.
+    From there the copy stays outside and reaches d by T. For a node set U around d
+    that the set does not meet, the copy enters U over a link e (i itself where i's head
+    is in U), at a time te > T - phi(e's tail), phi(x) = the most over leaving links i of
+    reach(i's head) - dist(i's head, x), and te <= T - lat_e - dist(e's head, d). So e
+    carries such copies within a window of length phi(e's tail) - lat_e - dist(e's head, d)
+    (for a leaving link, reach(e's head) - dist(e's head, d)), and the late bytes of a
+    requirement are at most, for each of its needers and each U, the sum of c_e times
+    that window over the links into U. On the README's fan_out the copies that leave in
+    the last 1.4 us reach GPUs 4 and 5 only through their own NICs: 1.4 us of one
+    12.5 GB/s link, where counting each such byte twice on the leaving links allowed
+    four (collc.analysis.latency_cut's module docstring, docs/lower-bounds.md).
+
+    Summed over the requirements, each bounded alone (those sharing a needer share its
+    links: the sum is valid, if loose). Above MULTICAST_LIMIT needers or requirements,
+    or where a requirement has fewer than two needers outside, not bounded."""
+    if (not leaving or len(crossings) > MULTICAST_LIMIT or any(len(c.needers) < 2 for c in crossings)
+            or len({d for c in crossings for d in c.needers}) > MULTICAST_LIMIT):
+        return np.inf
+    to_each = {d: _multi_source(topology, {d: 0.0}, reverse=True)
+               for d in sorted({d for c in crossings for d in c.needers})}
+    gpus = [g.name for g in topology.gpus]
+    heads = sorted({link.dst for link in leaving})
+    total = 0.0
+    for c in crossings:
+        farthest = {w: max(to_each[d].get(w, np.inf) for d in c.needers) for w in gpus}
+        reach = _multi_source(topology, {w: f for w, f in farthest.items() if np.isfinite(f)}, reverse=True)
+        seeds = {h: -reach[h] for h in heads if h in reach}
+        if not seeds:
+            return np.inf
+        # phi(x) = max_i reach(head_i) - dist(head_i, x) = -(least of -reach(head_i) + dist(head_i, x)).
+        potential = _multi_source(topology, seeds, reverse=False)
+        total += min(_entry_capacity(topology, inside, reach, potential, to_each[d]) for d in c.needers)
+        if not np.isfinite(total):
+            return np.inf
+    return total
+
+
+def _entry_capacity(topology: Topology, inside: set[str], reach: dict[str, float], potential: dict[str, float],
+                    to_d: dict[str, float]) -> float:
+    """The least, over node sets U of a needer and the nodes nearest it (U_r: the nodes
+    outside the set within latency r of it, for its LATE_ENTRY_SETS smallest r), of the
+    capacity times window of the links into U for late copies (late_entry_capacity)."""
+    links = topology.links
+    tail_in = np.array([link.src in inside for link in links])
+    head_in = np.array([link.dst in inside for link in links])
+    to_head = np.array([to_d.get(link.dst, np.inf) for link in links])
+    to_tail = np.where(tail_in, np.inf, [to_d.get(link.src, np.inf) for link in links])
+    window = np.where(tail_in, [reach.get(link.dst, -np.inf) for link in links],
+                      [-potential.get(link.src, np.inf) - link.latency for link in links]) - to_head
+    carried = np.array([link.capacity for link in links]) * np.clip(window, 0.0, None)
+    radii = sorted({v for n, v in to_d.items() if n not in inside})[:LATE_ENTRY_SETS]
+    best = np.inf
+    for r in radii:
+        into = (to_head <= r) & ~head_in & (to_tail > r)
+        best = min(best, float(carried[into].sum()))
+    return best
