@@ -7,6 +7,7 @@ import pytest
 
 from collc.analysis.bounds import lower_bounds
 from collc.analysis.latency_cut import Crossing, latency_cut_bound, multicast_window_bound, window_bound
+from collc.ir import Topology
 from collc.ir.collective import allgather, standard
 from collc.synthesis.core import synthesize
 from collc.synthesis.options import SynthesisOptions
@@ -39,7 +40,7 @@ def test_late_bytes_are_capped_by_what_can_enter_each_needer_late():
     assert multicast_window_bound(np.ones(2), np.zeros(2), np.full(2, 2.0), 4.0, 1.0) == pytest.approx(3.5)
 
 
-def _fork(thin: float) -> "Topology":
+def _fork(thin: float) -> Topology:
     """GPU s sends to GPUs a and b (1 us apart) through two 1 GB/s links into a switch
     w, which reaches a and b over links of `thin` bytes/s (every link 1 us)."""
     return build("fork", ["s", "a", "b"], ["p", "q", "w"],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import collc.synthesis.auto as auto
 from collc.frontend import resolve_topology
