@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -11,6 +11,7 @@ from typing import Any, Callable
 from collc.commands.args import finite_float, output_path, repeated_output
 from collc.diagnostics import UsageError
 from collc.io import all_or_nothing, atomic_write, check_input_file, check_output_path
+from collc.pipeline import report_json
 
 EXIT_OK = 0
 
@@ -106,7 +107,7 @@ def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes: Call
     drawn = lanes() if args.trace or args.plot else []
     with all_or_nothing():
         if args.report:
-            atomic_write(args.report, json.dumps(report, indent=1) + "\n")
+            atomic_write(args.report, report_json.dumps(report) + "\n")
         if args.trace:
             render.write_trace(args.trace, drawn, title)
         if args.plot:
@@ -141,7 +142,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     _write_outputs(args, pred.report, lambda: render.lanes_from_prediction(pred.timeline, pred.report), title,
                    csv_text)
     if args.json:
-        sys.stdout.write(json.dumps(pred.report, indent=1) + "\n")
+        sys.stdout.write(report_json.dumps(pred.report) + "\n")
     else:
         sys.stdout.write(job.describe() + "\n" + "\n".join(_summary(pred.report)) + "\n")
     return EXIT_OK
@@ -155,7 +156,7 @@ def cmd_bubbles(args: argparse.Namespace) -> int:
     title = f"measured: {', '.join(p.name for p in args.traces)}"
     _write_outputs(args, result.report, lambda: result.lanes, title)
     if args.json:
-        sys.stdout.write(json.dumps(result.report, indent=1) + "\n")
+        sys.stdout.write(report_json.dumps(result.report) + "\n")
     else:
         sys.stdout.write("\n".join(_summary(result.report)) + "\n")
     return EXIT_OK

@@ -1,0 +1,98 @@
+"""The reports' JSON text, written faster than `json.dumps(obj, indent=1)` and equal to it
+byte for byte.
+
+With an indent, the standard library encodes in Python generators (its C encoder only
+writes without one): a bubble report of a million bubbles took seconds there. This
+writer builds the same text from a list of pieces, with one branch per value instead of
+a generator per container. It knows the values reports hold (dicts with string keys,
+lists, tuples, str, int, float, bool, None); anything else is left to `json.dumps`.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring_ascii
+from typing import Any
+
+INDENT = 1
+
+
+class _Unusual(Exception):
+    """A value this writer does not know: `json.dumps` writes the whole document."""
+
+
+def _float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value == float("inf"):
+        return "Infinity"
+    if value == -float("inf"):
+        return "-Infinity"
+    return float.__repr__(value)
+
+
+def _scalar(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        return encode_basestring_ascii(value)
+    if kind is float:
+        return _float(value)
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    raise _Unusual
+
+
+def _write(value: Any, level: int, out: list[str]) -> None:
+    kind = type(value)
+    if kind is dict:
+        if not value:
+            out.append("{}")
+            return
+        inner = "\n" + " " * (INDENT * (level + 1))
+        out.append("{")
+        first = True
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Unusual
+            out.append(inner if first else "," + inner)
+            first = False
+            out.append(encode_basestring_ascii(key))
+            out.append(": ")
+            if type(item) is dict or type(item) is list or type(item) is tuple:
+                _write(item, level + 1, out)
+            else:
+                out.append(_scalar(item))
+        out.append("\n" + " " * (INDENT * level) + "}")
+    elif kind is list or kind is tuple:
+        if not value:
+            out.append("[]")
+            return
+        inner = "\n" + " " * (INDENT * (level + 1))
+        out.append("[")
+        first = True
+        for item in value:
+            out.append(inner if first else "," + inner)
+            first = False
+            if type(item) is dict or type(item) is list or type(item) is tuple:
+                _write(item, level + 1, out)
+            else:
+                out.append(_scalar(item))
+        out.append("\n" + " " * (INDENT * level) + "]")
+    else:
+        out.append(_scalar(value))
+
+
+def dumps(value: Any) -> str:
+    """`json.dumps(value, indent=1)`, the same text."""
+    out: list[str] = []
+    try:
+        _write(value, 0, out)
+    except _Unusual:
+        return json.dumps(value, indent=INDENT)
+    return "".join(out)
