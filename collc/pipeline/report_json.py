@@ -4,17 +4,39 @@ byte for byte.
 With an indent, the standard library encodes in Python generators (its C encoder only
 writes without one): a bubble report of a million bubbles took seconds there. This
 writer builds the same text from a list of pieces, with one branch per value instead of
-a generator per container. It knows the values reports hold (dicts with string keys,
+a generator per container, and hands each dict of plain values (a bubble, say) to the C
+encoder whole: its separators are set to the newline and indent that `indent=1` would
+put between the items, so only the braces' newlines are added here. It knows the values reports hold (dicts with string keys,
 lists, tuples, str, int, float, bool, None); anything else is left to `json.dumps`.
 """
 
 from __future__ import annotations
 
 import json
+import json.encoder
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, Callable
 
 INDENT = 1
+CONTAINERS = (dict, list, tuple)
+# Per nesting level: the writer of a dict of plain values at that level.
+_flat_dict_encoders: dict[int, Callable[[dict], str]] = {}
+
+
+def _flat_dict_encoder(level: int) -> Callable[[dict], str]:
+    """The C encoder (made once: `JSONEncoder.encode` makes one per call) with the item
+    separator of `indent=1` at `level`; the pure one where there is no C encoder."""
+    item_separator = ",\n" + " " * (INDENT * (level + 1))
+    make = json.encoder.c_make_encoder
+    if make is not None:
+        try:
+            encode = make(None, json.JSONEncoder().default, encode_basestring_ascii, None, ": ", item_separator,
+                          False, False, True)
+        except TypeError:  # another signature in another Python
+            pass
+        else:
+            return lambda value: "".join(encode(value, 0))
+    return json.JSONEncoder(separators=(item_separator, ": ")).encode
 
 
 class _Unusual(Exception):
@@ -48,11 +70,27 @@ def _scalar(value: Any) -> str:
     raise _Unusual
 
 
+def _flat_dict(value: dict, level: int) -> str | None:
+    """The text of a non-empty dict of string keys and plain values; None for any other."""
+    for key, item in value.items():
+        if type(key) is not str or type(item) in CONTAINERS:
+            return None
+    encode = _flat_dict_encoders.get(level)
+    if encode is None:
+        encode = _flat_dict_encoders[level] = _flat_dict_encoder(level)
+    text = encode(value)  # '{"a": 1,\n  "b": 2}': the braces still need their newlines
+    return "{\n" + " " * (INDENT * (level + 1)) + text[1:-1] + "\n" + " " * (INDENT * level) + "}"
+
+
 def _write(value: Any, level: int, out: list[str]) -> None:
     kind = type(value)
     if kind is dict:
         if not value:
             out.append("{}")
+            return
+        flat = _flat_dict(value, level)
+        if flat is not None:
+            out.append(flat)
             return
         inner = "\n" + " " * (INDENT * (level + 1))
         out.append("{")

@@ -97,7 +97,9 @@ class ScheduleDeadlock(CollcError):
     """A schedule whose order waits on an input that is produced later on the same rank."""
 
 
-_CODE = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}
+# Kind codes by the member's id: an Enum's hash is a Python call, two million of them a
+# noticeable share of a large timeline.
+_CODE_BY_ID = {id(Kind.F): 0, id(Kind.B): 1, id(Kind.I): 2, id(Kind.W): 3}
 
 
 def build_timeline(order: ScheduleOrder, costs: StageCosts, span: Span | None = None) -> Timeline:
@@ -124,9 +126,10 @@ def _build(order: ScheduleOrder, costs: StageCosts, span: Span | None) -> Timeli
     stage_rank = order.stage_rank
     fwd_x, bwd_x = costs.send_forward_s, costs.send_backward_s
     durations = (costs.forward_s, costs.backward_s, costs.input_grad_s, costs.weight_grad_s)
-    encoded = [[(_CODE[a.kind], a.stage, a.microbatch) for a in acts] for acts in order.actions]
-    # Per rank: (start, end, input producer, input ready, input produced) per action.
-    done: list[list[tuple]] = [[] for _ in range(p)]
+    code_of = _CODE_BY_ID
+    encoded = [[(code_of[id(a.kind)], a.stage, a.microbatch) for a in acts] for acts in order.actions]
+    # Per rank: the events of the actions run so far.
+    done: list[list[ComputeEvent]] = [[] for _ in range(p)]
     transfers: list[TransferEvent] = []
     waiting: dict[int, list[int]] = {}
     pos = [0] * p
@@ -177,8 +180,8 @@ def _build(order: ScheduleOrder, costs: StageCosts, span: Span | None) -> Timeli
             start = t_free if t_free > ready else ready
             end = start + durations[k][s]
             t_free = end
-            out_r.append((start, end, source, ready, produced))
             a = acts[i]
+            out_r.append(ComputeEvent(r, a, start, end, source, ready, produced))
             if k == 0:
                 if fin_f[idx] == fin_f[idx]:
                     raise CollcError(f"schedule runs {a} twice", span)
@@ -210,7 +213,7 @@ def _build(order: ScheduleOrder, costs: StageCosts, span: Span | None) -> Timeli
             i += 1
         pos[r] = i
         free_at[r] = t_free
-    events = [[ComputeEvent(r, a, *d) for a, d in zip(order.actions[r], done[r])] for r in range(p)]
+    events = done
     stuck = [r for r in range(p) if pos[r] < len(order.actions[r])]
     if stuck:
         shown = "; ".join(f"rank {r} at {order.actions[r][pos[r]]} (action {pos[r] + 1})" for r in stuck[:4])
