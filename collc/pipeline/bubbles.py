@@ -19,6 +19,8 @@ Megatron's convention (idle / compute).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import attrgetter
 from typing import Any
 
 from collc.ir.pipeline import MemoryModel
@@ -45,34 +47,30 @@ class Bubble:
         return self.end - self.start
 
     def to_json(self) -> dict[str, Any]:
-        return {"start_us": self.start * 1e6, "end_us": self.end * 1e6, "duration_us": self.duration * 1e6,
+        return {"start_us": self.start * 1e6, "end_us": self.end * 1e6, "duration_us": (self.end - self.start) * 1e6,
                 "cause": self.cause, "free_bytes": self.free_bytes, "waiting_on": self.waiting_on}
+
+
+def _held_changes(tl: Timeline, rank: int) -> list[int]:
+    """+1 for each forward (it allocates its activations), -1 for each B or W (it frees
+    them), 0 for an I: per event of `rank`, in order."""
+    f, b, w = Kind.F, Kind.B, Kind.W
+    return [1 if k is f else -1 if k is b or k is w else 0 for k in map(_KIND_OF_EVENT, tl.compute[rank])]
+
+
+_KIND_OF_EVENT = attrgetter("action.kind")
 
 
 def in_flight_after(tl: Timeline, rank: int) -> list[int]:
     """Micro-batch chunks whose activations rank `rank` holds after each of its events:
     a forward allocates when it starts, a B (or the W of a split backward) frees at its end."""
-    out, held = [], 0
-    for e in tl.compute[rank]:
-        k = e.action.kind
-        if k is Kind.F:
-            held += 1
-        elif k is Kind.B or k is Kind.W:
-            held -= 1
-        out.append(held)
-    return out
+    return list(accumulate(_held_changes(tl, rank)))
 
 
 def peak_in_flight(tl: Timeline, rank: int) -> int:
-    held = peak = 0
-    for e in tl.compute[rank]:
-        k = e.action.kind
-        if k is Kind.F:
-            held += 1
-            peak = max(peak, held)
-        elif k is Kind.B or k is Kind.W:
-            held -= 1
-    return peak
+    # The count only grows at a forward, so its largest value is one right after a forward
+    # (or none held, before the first event).
+    return max(0, max(accumulate(_held_changes(tl, rank)), default=0))
 
 
 def _free(memory: MemoryModel | None, rank: int, chunks: int, held: int) -> int | None:
@@ -86,20 +84,24 @@ def rank_bubbles(tl: Timeline, rank: int, memory: MemoryModel | None = None, min
     events = tl.compute[rank]
     chunks = tl.order.chunks
     held = in_flight_after(tl, rank)
-    kinds = [e.action.kind for e in events]
-    first_back = next((i for i, k in enumerate(kinds) if k in (Kind.B, Kind.I)), len(kinds))
-    last_fwd = max((i for i, k in enumerate(kinds) if k is Kind.F), default=-1)
+    kinds = list(map(_KIND_OF_EVENT, events))
+    first_back = next((i for i, k in enumerate(kinds) if k is Kind.B or k is Kind.I), len(kinds))
+    last_fwd = next((i for i in range(len(kinds) - 1, -1, -1) if kinds[i] is Kind.F), -1)
+    stage_rank = tl.order.stage_rank
+    shortest = max(MIN_GAP_S, min_s)
+    free_by_held: dict[int, int | None] = {}  # the free memory of each count in flight, worked out once
     out: list[Bubble] = []
 
     def add(start: float, end: float, cause: str, h: int, waiting: str | None = None) -> None:
-        if end - start > max(MIN_GAP_S, min_s):
-            out.append(Bubble(rank, start, end, cause, _free(memory, rank, chunks, h), waiting))
+        if end - start > shortest:
+            free = free_by_held[h] if h in free_by_held else free_by_held.setdefault(h, _free(memory, rank, chunks, h))
+            out.append(Bubble(rank, start, end, cause, free, waiting))
 
     prev_end = 0.0
     for i, e in enumerate(events):
         gap_start = prev_end
         if e.start - gap_start > MIN_GAP_S:
-            waiting = None if e.input_from is None else f"{e.input_from} (rank {tl.order.stage_rank[e.input_from.stage]})"
+            waiting = None if e.input_from is None else f"{e.input_from} (rank {stage_rank[e.input_from.stage]})"
             in_flight = max(0.0, e.input_ready - max(gap_start, e.input_produced))
             if in_flight > (e.start - gap_start) - in_flight:
                 cause = "transfer"
