@@ -82,6 +82,37 @@ def _flat_dict(value: dict, level: int) -> str | None:
     return "{\n" + " " * (INDENT * (level + 1)) + text[1:-1] + "\n" + " " * (INDENT * level) + "}"
 
 
+def _is_flat_dict(value: Any) -> bool:
+    if type(value) is not dict or not value:
+        return False
+    for key, item in value.items():
+        if type(key) is not str or type(item) in CONTAINERS:
+            return False
+    return True
+
+
+def _flat_dict_list(value: list | tuple, level: int) -> str | None:
+    """The text of a non-empty list of flat dicts (a rank's bubbles), in one call of the C
+    encoder; None for any other list.
+
+    The encoder writes every item separator as the one inside the dicts (level + 2);
+    between two dicts it writes '},' + separator + '{', which occurs nowhere else (inside
+    a flat dict a separator is followed by a key's quote, and a string holds no raw
+    newline), so replacing it gives the list's own separator and the braces' newlines."""
+    if not value:
+        return None
+    for item in value:
+        if not _is_flat_dict(item):
+            return None
+    inner, outer = " " * (INDENT * (level + 2)), " " * (INDENT * (level + 1))
+    encode = _flat_dict_encoders.get(level + 1)
+    if encode is None:
+        encode = _flat_dict_encoders[level + 1] = _flat_dict_encoder(level + 1)
+    text = encode(value)  # '[{"a": 1,\n  "b": 2},\n  {"a": ...}]'
+    body = text[2:-2].replace("},\n" + inner + "{", "\n" + outer + "},\n" + outer + "{\n" + inner)
+    return "[\n" + outer + "{\n" + inner + body + "\n" + outer + "}\n" + " " * (INDENT * level) + "]"
+
+
 def _write(value: Any, level: int, out: list[str]) -> None:
     kind = type(value)
     if kind is dict:
@@ -110,6 +141,10 @@ def _write(value: Any, level: int, out: list[str]) -> None:
     elif kind is list or kind is tuple:
         if not value:
             out.append("[]")
+            return
+        flat = _flat_dict_list(value, level)
+        if flat is not None:
+            out.append(flat)
             return
         inner = "\n" + " " * (INDENT * (level + 1))
         out.append("[")

@@ -26,3 +26,11 @@ def test_values_it_does_not_know_are_left_to_json_dumps():
         assert report_json.dumps(value) == json.dumps(value, indent=1)
     with pytest.raises(TypeError):
         report_json.dumps({"a": object()})
+
+
+def test_lists_of_flat_dicts_and_their_neighbours():
+    bubble = {"start_us": 1.5, "cause": "transfer", "waiting_on": "},\n  {\"x\": [1]}", "free_bytes": None}
+    values = [[bubble] * 4, [bubble, {}], [bubble, {"a": [1]}], [bubble, 3], {"s": [{"b": [bubble, bubble]}]},
+              [[bubble], ({"k": 1},)]]
+    for value in values:
+        assert report_json.dumps(value) == json.dumps(value, indent=1)
