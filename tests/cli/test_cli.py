@@ -194,13 +194,14 @@ NOT_FOR_HELP = ("multiprocessing", "socket", "collc.harvest.manager", "collc.har
                 "networkx", "matplotlib", "collc.driver", "collc.frontend")
 
 
-def test_help_loads_neither_the_solver_nor_the_harvest_manager():
+def test_help_loads_neither_the_solver_nor_the_harvest_manager(tmp_path):
     import subprocess
     import sys
 
     probe = ("import sys\nfrom collc.cli import build_parser\nbuild_parser()\n"
              f"print(sorted(m for m in {NOT_FOR_HELP!r} if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    # Not from the checkout: `python -c` puts the current directory first on sys.path.
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 

@@ -88,7 +88,9 @@ def test_processes_that_race_leave_one_whole_entry(cache_home, tmp_path):
     script = ("from collc.frontend.parse_cache import parse_cached\n"
               f"print(len(parse_cached({TEXT!r}, 't.coll').items))\n")
     env = {**os.environ, "XDG_CACHE_HOME": str(cache_home.parent)}
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE) for _ in range(4)]
+    # cwd: `python -c` puts the current directory (maybe the checkout) first on sys.path.
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, cwd=tmp_path)
+             for _ in range(4)]
     assert [p.communicate()[0].strip() for p in procs] == [b"1"] * 4
     assert all(p.returncode == 0 for p in procs)
     assert len(entries(cache_home)) == 1 and not list(cache_home.glob(".*.tmp"))

@@ -11,10 +11,13 @@ the count is."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from collc.harvest import rundir
 
 import tool_inputs as ti
 from fuzz_inputs import run_case
@@ -56,6 +59,8 @@ class _IdleManager:
 
     def __init__(self, args):
         self.stopping = mock.Mock()
+        # serve checks and locks the runtime directory itself, as with a real manager
+        self.dir = Path(args.dir) if args.dir is not None else rundir.default_runtime_dir()
 
     def serve(self) -> None:
         return None

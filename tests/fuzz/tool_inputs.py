@@ -15,6 +15,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from fuzz_inputs import WEIRD_NUMBERS, mutated
+from harvest_samples import harvest_log as sample_harvest_log
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
@@ -268,16 +269,7 @@ TARGETS = ["collc.harvest.workloads:PageRank", "collc_fuzz_missing:Task", "collc
 
 @st.composite
 def harvest_log(draw) -> bytes:
-    log = {"devices": {"cpu:0": {"bubbles": 1, "bubble_s": 0.1, "harvested_s": 0.05, "harvested_share": 0.5,
-                                 "runs": 1, "max_overrun_s": 0.0, "p99_overrun_s": 0.0}},
-           "tasks": [{"id": 1, "name": "t", "kind": "iterative", "device": "cpu:0", "state": "finished",
-                      "priority": 0, "memory_bytes": 1024, "harvested_s": 0.05, "runs": 1, "progress": 1.0,
-                      "progress_unit": "steps", "max_overrun_s": 0.0}],
-           "bubbles": [{"start": 0.0, "end": 0.1, "device": "cpu:0", "source": "report", "harvested_s": 0.05}],
-           "runs": [{"task": 1, "device": "cpu:0", "start": 0.0, "end": 0.05, "overrun_s": 0.0, "steps": 3,
-                     "window": 0.1}],
-           "incidents": [{"t": 0.01, "what": "crash", "message": "m", "task": 1}],
-           "margin_s": 0.002, "overrun_limit_s": 0.005, "hang_timeout_s": 2.0}
+    log = sample_harvest_log()
     for _ in range(draw(st.integers(0, 3))):
         table = draw(st.sampled_from(["tasks", "bubbles", "runs", "incidents"]))
         record = log[table][0]

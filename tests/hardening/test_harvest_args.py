@@ -10,6 +10,7 @@ import pytest
 
 from collc.harvest import cli as harvest_cli
 from hardening_inputs import run_collc as _run
+from harvest_samples import harvest_log
 
 
 
@@ -64,15 +65,7 @@ def test_the_import_check_runs_in_another_process(tmp_path, capsys):
 
 
 def _log(**changes) -> dict:
-    log = {"devices": {"cpu:0": {"bubbles": 1, "bubble_s": 0.1, "harvested_s": 0.05, "harvested_share": 0.5,
-                                 "runs": 1, "max_overrun_s": 0.0, "p99_overrun_s": 0.0}},
-           "tasks": [{"id": 1, "name": "t", "kind": "iterative", "device": "cpu:0", "state": "finished",
-                      "priority": 0, "memory_bytes": 1024, "harvested_s": 0.05, "runs": 1, "progress": 1.0,
-                      "progress_unit": "steps", "max_overrun_s": 0.0}],
-           "bubbles": [{"start": 0.0, "end": 0.1, "device": "cpu:0", "source": "report", "harvested_s": 0.05}],
-           "runs": [{"task": 1, "device": "cpu:0", "start": 0.0, "end": 0.05, "overrun_s": 0.0, "steps": 3,
-                     "window": 0.1}],
-           "incidents": [], "margin_s": 0.002, "overrun_limit_s": 0.005, "hang_timeout_s": 2.0}
+    log = harvest_log(incidents=False)
     log.update(changes)
     return log
 

@@ -40,5 +40,18 @@ def train(client: HarvestClient, steps: int, busy_s: float = 0.04,
 
 def wait_paused(manager: ManagerHandle, *task_ids: int) -> None:
     for task_id in task_ids:
-        task = manager.wait_for(task_id, ("paused", "finished", "stopped"), timeout_s=30)
+        task = manager.wait_for(task_id, ("paused", "finished", "stopped"), timeout_s=60)  # a loaded machine starts slowly
         assert task["state"] == "paused", task
+
+
+def task_of(state: dict, task_id: int) -> dict:
+    """One task's entry in a status or log."""
+    return next(t for t in state["tasks"] if t["id"] == task_id)
+
+
+def train_until_stopped(manager: ManagerHandle, client, task_id: int, steps: int) -> None:
+    """Train a step at a time (a bubble each) until the task is stopped, at most `steps`."""
+    for _ in range(steps):
+        if task_of(manager.status(), task_id)["state"] == "stopped":
+            return
+        train(client, steps=1)

@@ -14,11 +14,9 @@ import pytest
 from collc.harvest import HarvestClient
 from collc.harvest.protocol import events_socket
 
-from harvest_support import spec, train, wait_paused
+from harvest_support import spec, task_of, train, train_until_stopped, wait_paused
 
 
-def _task(state: dict, task_id: int) -> dict:
-    return next(t for t in state["tasks"] if t["id"] == task_id)
 
 
 def _send_raw(path, text: str) -> None:
@@ -84,7 +82,7 @@ def test_events_from_another_user_are_not_believed(start_manager, trainer_core):
     time.sleep(0.3)
     state = m.status()
     assert state["devices"][trainer_core]["bubbles"] == 0
-    assert _task(state, counter)["runs"] == 0
+    assert task_of(state, counter)["runs"] == 0
 
 
 @pytest.mark.parametrize("event", [
@@ -110,7 +108,7 @@ def test_absurd_event_times_are_counted_not_acted_on(start_manager, trainer_core
     time.sleep(0.3)
     state = m.status()
     assert state["devices"][trainer_core]["bubbles"] == 0
-    assert _task(state, counter)["runs"] == 0 and _task(state, counter)["state"] == "paused"
+    assert task_of(state, counter)["runs"] == 0 and task_of(state, counter)["state"] == "paused"
     # The manager still believes sane events afterwards.
     train(HarvestClient(m.dir, trainer_core), steps=2)
     assert m.shutdown()["devices"][trainer_core]["bubbles"] == 2
@@ -121,12 +119,9 @@ def test_the_time_a_hung_task_held_the_device_is_accounted(start_manager, traine
     hang = m.submit(spec("HangInStep", step_s=0.002))
     wait_paused(m, hang)
     client = HarvestClient(m.dir, trainer_core)
-    for _ in range(20):
-        if _task(m.status(), hang)["state"] == "stopped":
-            break
-        train(client, steps=1)
+    train_until_stopped(m, client, hang, 20)
     log = m.shutdown()
-    task = _task(log, hang)
+    task = task_of(log, hang)
     assert "hung in step()" in task["message"]
     runs = [r for r in log["runs"] if r["task"] == hang]
     held = sum(r["end"] - r["start"] for r in runs)

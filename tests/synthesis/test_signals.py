@@ -43,7 +43,7 @@ def test_cli_words_a_named_method_that_does_not_fit(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "collc", "compile", "--topology", "dgx2(chassis=2)",
                            "--collective", "allreduce", "--size", "64MiB",
                            "--pipeline", "synthesize{nodes=on}", "-o", str(out)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "over the nodes of" in proc.stderr
