@@ -1,8 +1,10 @@
-"""`indented_json` gives json.dumps(value, indent=1)'s bytes, whichever encoder made them."""
+"""`indented_json` gives json.dumps(value, indent=1)'s bytes, whichever encoder made them;
+`jsontext.dumps` gives its text."""
 
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -64,3 +66,36 @@ def test_orjson_writes_the_plain_batches():
 @pytest.mark.parametrize("value", [1.5, float("nan"), None, 2**70, {1: 2}])
 def test_batches_orjson_could_write_otherwise_are_refused(value):
     assert list_items_text([{"v": value}], 1) is None
+
+
+# --- dumps: the text as one string, by the C encoder ---------------------------
+
+REPORT_VALUES = [
+    {}, [], (), 0, -3, 1.5, -0.0, 1e300, 2.5e-9, math.nan, math.inf, -math.inf, True, False, None, "a\"b\\c\n\u00e9\U0001f600",
+    {"a": [], "b": {}, "c": [1, 2.0, None, True, "x"], "d": {"e": {"f": [{"g": 1}, [], [[]]]}}},
+    [{"start_us": 0.1 + 0.2, "cause": "warmup", "free_bytes": None, "waiting_on": "3F2 (rank 1)"}] * 3,
+    {"t": (1, (2, 3), {"u": ()})},
+]
+
+
+@pytest.mark.parametrize("value", REPORT_VALUES)
+def test_dumps_gives_the_text_of_json_dumps_with_indent_1(value):
+    assert jsontext.dumps(value) == json.dumps(value, indent=1)
+
+
+def test_dumps_leaves_values_it_does_not_know_to_json_dumps():
+    class Number(int):
+        pass
+
+    for value in ({1: "int key"}, [Number(3)], {"a": {None: 1}}):
+        assert jsontext.dumps(value) == json.dumps(value, indent=1)
+    with pytest.raises(TypeError):
+        jsontext.dumps({"a": object()})
+
+
+def test_dumps_of_lists_of_flat_dicts_and_their_neighbours():
+    bubble = {"start_us": 1.5, "cause": "transfer", "waiting_on": "},\n  {\"x\": [1]}", "free_bytes": None}
+    values = [[bubble] * 4, [bubble, {}], [bubble, {"a": [1]}], [bubble, 3], {"s": [{"b": [bubble, bubble]}]},
+              [[bubble], ({"k": 1},)]]
+    for value in values:
+        assert jsontext.dumps(value) == json.dumps(value, indent=1)

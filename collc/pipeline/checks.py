@@ -13,30 +13,26 @@
 
 `check_timeline` raises `TimelineError` naming the first rule broken.
 
-Each rule is tested on NumPy arrays of the events' fields (`EventArrays`, built once by
-`check_timeline`): a million-action step is checked in a fraction of a second, where a
-loop over the events took microseconds each. The arrays only find the events that may
-break a rule; those few are checked again one by one, so the error names the same first
-event, with the same words, as a plain loop over the events would.
+Each rule is tested on the timeline's columns (`EventColumns`): a million-action step
+is checked in a fraction of a second, where a loop over the events took microseconds
+each. The arrays only find the events that may break a rule; those few are checked
+again one by one, so the error names the same first event, with the same words, as a
+plain loop over the events would.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from operator import attrgetter
 from typing import Callable
 
 import numpy as np
 
 from collc.diagnostics import CollcError, Span
 from collc.pipeline.schedules import Action, Kind
-from collc.pipeline.timeline import ComputeEvent, Timeline
+from collc.pipeline.timeline import ComputeEvent, EventColumns, Timeline
 
 # Times are sums of floats; allow for their rounding when comparing.
 EPS = 1e-12
-
-KIND_CODES = (Kind.F, Kind.B, Kind.I, Kind.W)  # an event's kind code is its index here
 
 
 class TimelineError(CollcError):
@@ -52,43 +48,16 @@ def _tol_array(t: np.ndarray) -> np.ndarray:
     return EPS * np.maximum(1.0, np.abs(t))
 
 
-@dataclass(frozen=True)
-class EventArrays:
-    """The compute events of a timeline, flattened in rank order, one array per field."""
-
-    events: list[ComputeEvent]
-    rank: np.ndarray
-    stage: np.ndarray
-    kind: np.ndarray  # index in KIND_CODES; -1 for anything else
-    microbatch: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    # Every stage and micro-batch inside the order and every kind a Kind: events can be
-    # numbered stage * microbatches + micro-batch (otherwise the checks loop over them).
-    in_range: bool
-
-    def slot(self, microbatches: int) -> np.ndarray:
-        return self.stage * microbatches + self.microbatch
+def _in_range(tl: Timeline) -> bool:
+    """Every stage and micro-batch inside the order: events can be numbered stage *
+    microbatches + micro-batch (otherwise the checks loop over them)."""
+    ev, order = tl.events, tl.order
+    return bool(len(ev) == 0 or (ev.stage.min() >= 0 and ev.stage.max() < order.stages and ev.microbatch.min() >= 0
+                                 and ev.microbatch.max() < order.microbatches))
 
 
-def event_arrays(tl: Timeline) -> EventArrays:
-    events = [e for rank_events in tl.compute for e in rank_events]
-    n = len(events)
-    actions = list(map(attrgetter("action"), events))
-    rank = np.repeat(np.arange(len(tl.compute), dtype=np.int64), [len(r) for r in tl.compute])
-    stage = np.fromiter(map(attrgetter("stage"), actions), np.int64, n)
-    microbatch = np.fromiter(map(attrgetter("microbatch"), actions), np.int64, n)
-    # Kinds compared by identity (an Enum's hash is a Python call; its id is not).
-    kind_ids = np.fromiter(map(id, map(attrgetter("kind"), actions)), np.uintp, n)
-    kind = np.full(n, -1, dtype=np.int64)
-    for code, k in enumerate(KIND_CODES):
-        kind[kind_ids == id(k)] = code
-    start = np.fromiter(map(attrgetter("start"), events), np.float64, n)
-    end = np.fromiter(map(attrgetter("end"), events), np.float64, n)
-    order = tl.order
-    in_range = bool(n == 0 or (stage.min() >= 0 and stage.max() < order.stages and microbatch.min() >= 0
-                               and microbatch.max() < order.microbatches and kind.min() >= 0))
-    return EventArrays(events, rank, stage, kind, microbatch, start, end, in_range)
+def _slot(ev: EventColumns, microbatches: int) -> np.ndarray:
+    return ev.stage * microbatches + ev.microbatch
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -107,18 +76,26 @@ def _check_rank_stream(r: int, events: tuple[ComputeEvent, ...], span: Span | No
         prev = e
 
 
-def check_one_stream(tl: Timeline, span: Span | None = None, arrays: EventArrays | None = None) -> None:
-    ev = event_arrays(tl) if arrays is None else arrays
+def _runs_in_order(tl: Timeline, rank: int) -> bool:
+    ev, order = tl.events, tl.order.columns
+    mine = slice(int(ev.offsets[rank]), int(ev.offsets[rank + 1]))
+    planned = slice(int(order.offsets[rank]), int(order.offsets[rank + 1]))
+    return all(np.array_equal(got[mine], want[planned]) for got, want in
+               ((ev.stage, order.stage), (ev.kind, order.kind), (ev.microbatch, order.microbatch)))
+
+
+def check_one_stream(tl: Timeline, span: Span | None = None) -> None:
+    ev = tl.events
     bad = ev.end < ev.start - _tol_array(ev.start)
     if ev.start.size > 1:
         same_rank = ev.rank[1:] == ev.rank[:-1]
         bad[1:] |= same_rank & (ev.start[1:] < ev.end[:-1] - _tol_array(ev.end[:-1]))
     suspects = set(np.unique(ev.rank[bad]).tolist())
-    for r, events in enumerate(tl.compute):
-        if tuple(map(attrgetter("action"), events)) != tl.order.actions[r]:
+    for r in range(ev.offsets.size - 1):
+        if not _runs_in_order(tl, r):
             raise TimelineError(f"rank {r} does not run its actions in the schedule's order", span)
         if r in suspects:
-            _check_rank_stream(r, events, span)
+            _check_rank_stream(r, ev.rank_events(r), span)
 
 
 def _check_complete_by_counting(tl: Timeline, span: Span | None) -> None:
@@ -149,25 +126,25 @@ def _check_slot_counts(s: int, mb: int, f: int, b: int, i: int, w: int, span: Sp
                             f"{b} B, {i} I, {w} W", span)
 
 
-def check_complete(tl: Timeline, span: Span | None = None, arrays: EventArrays | None = None) -> None:
-    ev = event_arrays(tl) if arrays is None else arrays
-    if not ev.in_range:
+def check_complete(tl: Timeline, span: Span | None = None) -> None:
+    ev = tl.events
+    if not _in_range(tl):
         _check_complete_by_counting(tl, span)
         return
     order = tl.order
     M, slots = order.microbatches, order.stages * order.microbatches
-    code = ev.slot(M) * 4 + ev.kind
+    code = _slot(ev, M) * 4 + ev.kind
     counts = np.bincount(code, minlength=4 * slots)
     # The first action (in event order) that runs more than once.
     repeated = _first(counts[code] > 1)
     if repeated is not None:
-        a = ev.events[repeated].action
+        a = ev.actions.action(repeated)
         raise TimelineError(f"{Action(a.stage, a.kind, a.microbatch)} runs {int(counts[code[repeated]])} times",
                             span)
     holder = np.asarray(order.stage_rank, dtype=np.int64)
     moved = _first(holder[ev.stage] != ev.rank)
     if moved is not None:
-        a, r = ev.events[moved].action, int(ev.rank[moved])
+        a, r = ev.actions.action(moved), int(ev.rank[moved])
         raise TimelineError(f"{a} runs on rank {r}, but stage {a.stage} is held by rank {order.stage_rank[a.stage]}",
                             span)
     per_slot = counts.reshape(slots, 4)
@@ -226,15 +203,15 @@ def _check_dependencies_by_key(tl: Timeline, span: Span | None) -> None:
             _check_event_inputs(e, r, tl, done.get, span)
 
 
-def check_dependencies(tl: Timeline, span: Span | None = None, arrays: EventArrays | None = None) -> None:
-    ev = event_arrays(tl) if arrays is None else arrays
+def check_dependencies(tl: Timeline, span: Span | None = None) -> None:
+    ev = tl.events
     order, costs = tl.order, tl.costs
     S, M = order.stages, order.microbatches
     slots = S * M
-    if not ev.in_range:
+    if not _in_range(tl):
         _check_dependencies_by_key(tl, span)
         return
-    slot = ev.slot(M)
+    slot = _slot(ev, M)
     is_f = ev.kind == 0
     is_g = (ev.kind == 1) | (ev.kind == 2)
     # A repeated producer: the loop's "last one wins" decides, not an array.
@@ -250,7 +227,7 @@ def check_dependencies(tl: Timeline, span: Span | None = None, arrays: EventArra
     holder = np.asarray(order.stage_rank, dtype=np.int64)
     send_f = np.asarray(costs.send_forward_s + (0.0,), dtype=np.float64)  # padded: indexed by stage - 1 >= -1
     send_b = np.asarray(costs.send_backward_s + (0.0,), dtype=np.float64)  # padded: indexed by stage <= S - 1
-    suspect = np.zeros(len(ev.events), dtype=bool)
+    suspect = np.zeros(len(ev), dtype=bool)
 
     def late(needed: np.ndarray, src: np.ndarray, finished: np.ndarray, present: np.ndarray,
              delay: np.ndarray) -> None:
@@ -276,23 +253,22 @@ def check_dependencies(tl: Timeline, span: Span | None = None, arrays: EventArra
         return float(finished[i]) if present[i] else None
 
     for i in np.flatnonzero(suspect).tolist():
-        _check_event_inputs(ev.events[i], int(ev.rank[i]), tl, done, span)
+        _check_event_inputs(ev.event(i), int(ev.rank[i]), tl, done, span)
 
 
-def check_step(tl: Timeline, span: Span | None = None, arrays: EventArrays | None = None) -> None:
-    ev = event_arrays(tl) if arrays is None else arrays
+def check_step(tl: Timeline, span: Span | None = None) -> None:
+    ev = tl.events
     end = tl.step_s + _tol(tl.step_s)
     outside = _first((ev.end > end) | (ev.start < -EPS))
     if outside is not None:
-        raise TimelineError(f"{ev.events[outside].action} runs outside the step [0, {tl.step_s * 1e6:.3f} us]", span)
+        raise TimelineError(f"{ev.actions.action(outside)} runs outside the step [0, {tl.step_s * 1e6:.3f} us]", span)
     for c in tl.collectives:
         if c.end > end or c.end < c.start - _tol(c.start):
             raise TimelineError(f"rank {c.rank}'s gradient collective runs outside the step", span)
 
 
 def check_timeline(tl: Timeline, span: Span | None = None) -> None:
-    arrays = event_arrays(tl)
-    check_one_stream(tl, span, arrays)
-    check_complete(tl, span, arrays)
-    check_dependencies(tl, span, arrays)
-    check_step(tl, span, arrays)
+    check_one_stream(tl, span)
+    check_complete(tl, span)
+    check_dependencies(tl, span)
+    check_step(tl, span)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from collc.commands.args import finite_float, output_path, repeated_output
 from collc.diagnostics import UsageError
 from collc.io import all_or_nothing, atomic_write, check_input_file, check_output_path
-from collc.pipeline import report_json
+from collc import jsontext
 
 EXIT_OK = 0
 
@@ -106,7 +106,7 @@ def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes: Call
     drawn = lanes() if args.trace or args.plot else []
     with all_or_nothing():
         if args.report:
-            atomic_write(args.report, report_json.dumps(report) + "\n")
+            atomic_write(args.report, jsontext.dumps(report) + "\n")
         if args.trace:
             render.write_trace(args.trace, drawn, title)
         if args.plot:
@@ -141,7 +141,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     _write_outputs(args, pred.report, lambda: render.lanes_from_prediction(pred.timeline, pred.report), title,
                    csv_text)
     if args.json:
-        sys.stdout.write(report_json.dumps(pred.report) + "\n")
+        sys.stdout.write(jsontext.dumps(pred.report) + "\n")
     else:
         sys.stdout.write(job.describe() + "\n" + "\n".join(_summary(pred.report)) + "\n")
     return EXIT_OK
@@ -155,7 +155,7 @@ def cmd_bubbles(args: argparse.Namespace) -> int:
     title = f"measured: {', '.join(p.name for p in args.traces)}"
     _write_outputs(args, result.report, lambda: result.lanes, title)
     if args.json:
-        sys.stdout.write(report_json.dumps(result.report) + "\n")
+        sys.stdout.write(jsontext.dumps(result.report) + "\n")
     else:
         sys.stdout.write("\n".join(_summary(result.report)) + "\n")
     return EXIT_OK

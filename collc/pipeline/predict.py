@@ -40,8 +40,7 @@ def _check_memory(job: PipelineJob, tl: Timeline) -> None:
     mem = job.memory
     if mem is None:
         return
-    for r in range(job.stages):
-        peak = bubbles_mod.peak_in_flight(tl, r)
+    for r, peak in enumerate(bubbles_mod.peaks_in_flight(tl)):
         act = peak * mem.activation_bytes[r] // tl.order.chunks
         need = mem.static_bytes(r) + act
         if need > mem.device_bytes:
@@ -71,10 +70,9 @@ def _predict(job: PipelineJob, use: str, synthesize: bool, min_bubble_s: float) 
     tl = build_timeline(order, costs, job.span_of("schedule"))
     check_timeline(tl, job.span_of("schedule"))
     _check_memory(job, tl)
-    stages = [bubbles_mod.stage_report(tl, r, list(job.stage_gpus[r]), job.memory, min_bubble_s)
-              for r in range(job.stages)]
+    stages = bubbles_mod.stage_reports(tl, [list(g) for g in job.stage_gpus], job.memory, min_bubble_s)
     step_us = tl.step_s * 1e6
-    last = [tl.compute[r][-1].end if tl.compute[r] else 0.0 for r in range(job.stages)]
+    last = [tl.last_end(r) for r in range(job.stages)]
 
     def step_with(times: list[float]) -> float:
         return max(l + t for l, t in zip(last, times)) * 1e6

@@ -14,6 +14,7 @@ from typing import Any
 
 from collc.diagnostics import CollcError
 from collc.io import atomic_write
+from collc.pipeline.schedules import KIND_CODES
 from collc.pipeline.timeline import Timeline
 from collc.render.chrome_trace import TraceBuilder, write_trace as write_chrome_trace
 from collc.render.plots import figure_bytes, pyplot
@@ -23,6 +24,8 @@ COLOURS = {
     "F": "#4C72B0", "B": "#55A868", "I": "#8FBC8F", "W": "#C9B458", "compute": "#4C72B0",
     "gradient": "#DD8452", "bubble": "#D62728",
 }
+
+LETTERS = tuple(k.value for k in KIND_CODES)  # by kind code
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,13 @@ def lanes_from_prediction(tl: Timeline, report: dict[str, Any]) -> list[Lane]:
     for r in range(tl.order.ranks):
         stage = report["stages"][r]
         lane = Lane(f"stage {r} (GPUs {', '.join(map(str, stage['ranks']))})")
-        for e in tl.compute[r]:
-            a = e.action
-            lane.compute.append(Interval(e.start * 1e6, (e.end - e.start) * 1e6, a.kind.value, str(a),
-                                      {"stage": a.stage, "microbatch": a.microbatch}))
+        part = tl.rank_slice(r)
+        ev = tl.events
+        for s, k, mb, start_us, dur_us in zip(ev.stage[part].tolist(), ev.kind[part].tolist(),
+                                              ev.microbatch[part].tolist(), (ev.start[part] * 1e6).tolist(),
+                                              ((ev.end[part] - ev.start[part]) * 1e6).tolist()):
+            letter = LETTERS[k]
+            lane.compute.append(Interval(start_us, dur_us, letter, f"{s}{letter}{mb}", {"stage": s, "microbatch": mb}))
         c = tl.collectives[r]
         if c.end > c.start:
             lane.collectives.append(Interval(c.start * 1e6, (c.end - c.start) * 1e6, "gradient",

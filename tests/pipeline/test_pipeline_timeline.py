@@ -13,7 +13,7 @@ from collc.diagnostics import CollcError
 from collc.ir.pipeline import MemoryModel
 from collc.pipeline import bubbles, checks
 from collc.pipeline.schedules import Action, Kind, ScheduleOrder, build, gpipe, interleaved, one_f_one_b, zb_h1
-from collc.pipeline.timeline import ScheduleDeadlock, StageCosts, Timeline, build_timeline
+from collc.pipeline.timeline import EventColumns, ScheduleDeadlock, StageCosts, Timeline, build_timeline
 
 costs = st.floats(min_value=0.1, max_value=10.0, allow_nan=False)
 
@@ -132,12 +132,17 @@ def timeline() -> Timeline:
     return build_timeline(order, StageCosts.uniform(order, 1.0, 2.0, transfer=0.5, gradient=1.0))
 
 
+def _with_events(tl: Timeline, compute) -> Timeline:
+    """`tl` running the event objects `compute` (per rank) instead of its own."""
+    return dataclasses.replace(tl, events=EventColumns.of_events(compute))
+
+
 def _replace_event(tl: Timeline, rank: int, index: int, **changes) -> Timeline:
     events = list(tl.compute[rank])
     events[index] = dataclasses.replace(events[index], **changes)
     compute = list(tl.compute)
     compute[rank] = tuple(events)
-    return dataclasses.replace(tl, compute=tuple(compute))
+    return _with_events(tl, compute)
 
 
 def test_a_built_timeline_passes_every_check(timeline):
@@ -154,7 +159,7 @@ def test_two_things_at_once_on_one_rank_fail(timeline):
 def test_running_out_of_the_schedule_order_fails(timeline):
     events = list(timeline.compute[2])
     events[0], events[1] = events[1], events[0]
-    bad = dataclasses.replace(timeline, compute=(timeline.compute[0], timeline.compute[1], tuple(events)))
+    bad = _with_events(timeline, (timeline.compute[0], timeline.compute[1], tuple(events)))
     with pytest.raises(checks.TimelineError, match="order"):
         checks.check_one_stream(bad)
 
@@ -175,7 +180,7 @@ def test_a_backward_before_the_next_stages_gradient_fails(timeline):
 
 
 def test_a_missing_or_repeated_micro_batch_fails(timeline):
-    dropped = dataclasses.replace(timeline, compute=(timeline.compute[0][:-1], *timeline.compute[1:]))
+    dropped = _with_events(timeline, (timeline.compute[0][:-1], *timeline.compute[1:]))
     with pytest.raises(checks.TimelineError, match="needs one backward"):
         checks.check_complete(dropped)
     first = timeline.compute[1][0]
@@ -186,8 +191,7 @@ def test_a_missing_or_repeated_micro_batch_fails(timeline):
 
 def test_an_action_on_the_wrong_rank_fails(timeline):
     e = timeline.compute[0][0]
-    moved = dataclasses.replace(timeline, compute=(timeline.compute[0][1:], (e, *timeline.compute[1]),
-                                                   timeline.compute[2]))
+    moved = _with_events(timeline, (timeline.compute[0][1:], (e, *timeline.compute[1]), timeline.compute[2]))
     with pytest.raises(checks.TimelineError, match="held by rank 0"):
         checks.check_complete(moved)
 
@@ -199,7 +203,7 @@ def test_events_past_the_step_end_fail(timeline):
 
 def test_an_order_that_waits_on_itself_deadlocks():
     acts = ((Action(0, Kind.B, 0), Action(0, Kind.F, 0)),)
-    order = ScheduleOrder("bad", 1, 1, 1, (0,), acts)
+    order = ScheduleOrder.of_actions("bad", 1, 1, 1, (0,), acts)
     with pytest.raises(ScheduleDeadlock, match="rank 0 at 0B0"):
         build_timeline(order, StageCosts.uniform(order, 1.0, 1.0))
 
