@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import math
 import re
 from collections.abc import Iterator
+from itertools import chain
 from json.encoder import encode_basestring_ascii
 from typing import Any, Callable
 
@@ -105,6 +107,13 @@ def list_items_text(items: list[Any], level: int) -> bytes | None:
         return None
     if b"null" in raw or _may_hold_a_float(raw):
         return None
+    return _reindented_items(raw, level)
+
+
+def _reindented_items(raw: bytes, level: int) -> bytes:
+    """orjson's text of a non-empty list (OPT_INDENT_2) rewritten as `list_items_text`
+    returns it: non-ASCII and DEL escaped as json.dumps escapes them, indented by one
+    per level from `level`."""
     if not raw.isascii():
         raw = _NON_ASCII.sub(_ascii_escape, raw.decode()).encode()
     body = b"\n" + raw[2:-2].replace(b"\x7f", b"\\u007f")  # within "[\n" ... "\n]"
@@ -114,6 +123,48 @@ def list_items_text(items: list[Any], level: int) -> bytes | None:
     for d in range(depth, 0, -1):
         body = body.replace(b"\n" + b"  " * d, b"\n" + b"\t" * (level + d - 1))
     return body[1:].translate(_TAB_TO_SPACE)
+
+
+def flat_dicts_text(items: list[Any] | tuple[Any, ...], level: int) -> bytes | None:
+    """`list_items_text` of a non-empty list of non-empty dicts of plain values (str,
+    int, float, bool, None), floats included: a bubble report's million bubbles. None
+    for any other list, or where orjson's text could differ from json.dumps's.
+
+    orjson writes a finite float with the digits of `repr` (both the shortest that
+    read back as the same float) and, between 1e-4 and 1e16, in the same positional
+    form; outside that range it may not (1e-05 as 0.00001), so each number written with
+    an exponent or with four zeros after its point is written again by `repr` (it reads
+    back as the same float). In orjson's indented text of flat dicts each line holds one
+    key and its value, and a string value ends in a quote, so a number value is the
+    only token that ends a line after a key's ': '. NaN and the infinities orjson
+    writes as null, so a list holding one is refused first."""
+    if not items or set(map(type, items)) != {dict} or not all(items):
+        return None
+    values = list(chain.from_iterable(map(dict.values, items)))
+    types = set(map(type, values))
+    if not types <= _PLAIN_TYPES:
+        return None
+    # Their sum is finite only if every float is (a finite overflow only refuses the list).
+    if float in types and not math.isfinite(sum(filter(_is_float, values))):
+        return None
+    try:
+        raw = orjson.dumps(items, option=_ORJSON_OPTIONS)
+    except TypeError:  # keys not str, integers past 64 bits
+        return None
+    # orjson's exponents are signed (1e-7, 1e+16): plain searches, not a pattern's scan.
+    if float in types and (b"e-" in raw or b"e+" in raw or b"0.0000" in raw):
+        raw = _OTHER_FLOAT_VALUE.sub(_repr_float_value, raw)
+    return _reindented_items(raw, level)
+
+
+def _repr_float_value(match: re.Match[bytes]) -> bytes:
+    return b": " + float.__repr__(float(match.group(1))).encode()
+
+
+_PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
+_is_float = float.__instancecheck__
+# A number orjson may write otherwise than repr, as a flat dict's value in its indented text.
+_OTHER_FLOAT_VALUE = re.compile(rb": (-?(?:[0-9.]+[eE][-+]?[0-9]+|0\.0000[0-9]*))(?=,?$)", re.MULTILINE)
 
 
 def _may_hold_a_float(raw: bytes) -> bool:
@@ -210,15 +261,19 @@ def _is_flat_dict(value: Any) -> bool:
 
 
 def _flat_dict_list(value: list | tuple, level: int) -> str | None:
-    """The text of a non-empty list of flat dicts (a rank's bubbles), in one call of the C
-    encoder; None for any other list.
+    """The text of a non-empty list of flat dicts (a rank's bubbles), by orjson where its
+    text is json.dumps's (`flat_dicts_text`), else in one call of the C encoder; None
+    for any other list.
 
-    The encoder writes every item separator as the one inside the dicts (level + 2);
+    The C encoder writes every item separator as the one inside the dicts (level + 2);
     between two dicts it writes '},' + separator + '{', which occurs nowhere else (inside
     a flat dict a separator is followed by a key's quote, and a string holds no raw
     newline), so replacing it gives the list's own separator and the braces' newlines."""
     if not value:
         return None
+    fast = flat_dicts_text(value, level + 1)
+    if fast is not None:
+        return "[\n" + fast.decode() + "\n" + " " * (INDENT * level) + "]"
     for item in value:
         if not _is_flat_dict(item):
             return None
@@ -280,11 +335,17 @@ def _write(value: Any, level: int, out: list[str]) -> None:
 
 
 def dumps(value: Any) -> str:
-    """`json.dumps(value, indent=1)`, the same text, by the C encoder (see the module's
-    docstring)."""
+    """`json.dumps(value, indent=1)`, the same text, by orjson and the C encoder (see
+    the module's docstring)."""
+    return "".join(text_pieces(value))
+
+
+def text_pieces(value: Any) -> list[str]:
+    """`dumps(value)` in pieces, to be written one after the other: a million-bubble
+    report is 200 MB of text, and joining the pieces would hold it twice."""
     out: list[str] = []
     try:
         _write(value, 0, out)
     except _Unusual:
-        return json.dumps(value, indent=INDENT)
-    return "".join(out)
+        return [json.dumps(value, indent=INDENT)]
+    return out

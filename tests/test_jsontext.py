@@ -10,7 +10,7 @@ import random
 import pytest
 
 from collc import jsontext
-from collc.jsontext import indented_json, list_items_text
+from collc.jsontext import flat_dicts_text, indented_json, list_items_text
 
 
 def dumps(value) -> bytes:
@@ -99,3 +99,31 @@ def test_dumps_of_lists_of_flat_dicts_and_their_neighbours():
               [[bubble], ({"k": 1},)]]
     for value in values:
         assert jsontext.dumps(value) == json.dumps(value, indent=1)
+
+
+def test_lists_of_flat_dicts_with_floats_are_written_by_orjson_where_its_text_is_json_dumps():
+    rng = random.Random(3)
+    floats = [rng.random() * 10 ** rng.uniform(-8, 20) for _ in range(2000)] + [1e-4, 1e16, 0.1 + 0.2, -0.0, 0.0]
+    bubbles = [{"start_us": x, "n": i, "cause": "warmup", "free_bytes": None, "ok": i % 2 == 0}
+               for i, x in enumerate(floats)]
+    assert jsontext.dumps({"stages": [{"bubbles": bubbles}]}) == json.dumps({"stages": [{"bubbles": bubbles}]}, indent=1)
+    mid_range = [b for b in bubbles if 1e-4 <= b["start_us"] < 1e15]
+    text = flat_dicts_text(mid_range, 3)
+    assert text == json.dumps({"a": {"b": mid_range}}, indent=1).encode()[len(b'{\n "a": {\n  "b": [\n'):
+                                                                           -len(b"\n  ]\n }\n}")]
+
+
+@pytest.mark.parametrize("value", [1e-05, -9.99e-05, 1e16, 1e300, 5e-324, 1e-300])
+def test_floats_orjson_writes_otherwise_are_written_again_by_repr(value):
+    # Strings that look like such numbers, and keys, are left as they are.
+    items = [{"a": 1.5, "v": value, "s": "x: 1e-05", "t: 1e16": "0.00001"}, {"w": -value}] * 3
+    text = flat_dicts_text(items, 1)
+    assert text is not None
+    assert jsontext.dumps([items]) == json.dumps([items], indent=1)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 2**70, [1], {"a": 1}, 1e308 * 10])
+def test_flat_dicts_orjson_could_write_otherwise_are_refused(value):
+    items = [{"a": 1.5, "v": value}]
+    assert flat_dicts_text(items, 1) is None
+    assert jsontext.dumps([items]) == json.dumps([items], indent=1)

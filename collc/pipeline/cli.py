@@ -97,8 +97,14 @@ def check_outputs(args: argparse.Namespace) -> None:
             check_output_path(path, what=f"{option} output")
 
 
-def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes: Callable[[], list], title: str,
-                   csv_text: str | None = None) -> None:
+def _report_text(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
+    """The report's JSON text in pieces (with its final newline), made once for --report
+    and --json alike; none where neither asks for it."""
+    return [*jsontext.text_pieces(report), "\n"] if args.report or args.json else []
+
+
+def _write_outputs(args: argparse.Namespace, report: dict[str, Any], text: list[str], lanes: Callable[[], list],
+                   title: str, csv_text: str | None = None) -> None:
     from collc.pipeline import render
 
     # Everything is computed before anything is written, and the files are written all
@@ -106,7 +112,7 @@ def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes: Call
     drawn = lanes() if args.trace or args.plot else []
     with all_or_nothing():
         if args.report:
-            atomic_write(args.report, jsontext.dumps(report) + "\n")
+            atomic_write(args.report, text)
         if args.trace:
             render.write_trace(args.trace, drawn, title)
         if args.plot:
@@ -138,10 +144,11 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     pred = predict(job, use=args.gradient, synthesize=not args.no_synthesis, min_bubble_s=args.min_bubble_us * 1e-6)
     title = f"{job.name}: {pred.order.name}, {job.microbatches} micro-batches (predicted)"
     csv_text = format_order(pred.order) if args.schedule_csv else None
-    _write_outputs(args, pred.report, lambda: render.lanes_from_prediction(pred.timeline, pred.report), title,
+    text = _report_text(args, pred.report)
+    _write_outputs(args, pred.report, text, lambda: render.lanes_from_prediction(pred.timeline, pred.report), title,
                    csv_text)
     if args.json:
-        sys.stdout.write(jsontext.dumps(pred.report) + "\n")
+        sys.stdout.writelines(text)
     else:
         sys.stdout.write(job.describe() + "\n" + "\n".join(_summary(pred.report)) + "\n")
     return EXIT_OK
@@ -153,9 +160,10 @@ def cmd_bubbles(args: argparse.Namespace) -> int:
     check_outputs(args)
     result = measure(args.traces, threshold_us=args.threshold_us)
     title = f"measured: {', '.join(p.name for p in args.traces)}"
-    _write_outputs(args, result.report, lambda: result.lanes, title)
+    text = _report_text(args, result.report)
+    _write_outputs(args, result.report, text, lambda: result.lanes, title)
     if args.json:
-        sys.stdout.write(jsontext.dumps(result.report) + "\n")
+        sys.stdout.writelines(text)
     else:
         sys.stdout.write("\n".join(_summary(result.report)) + "\n")
     return EXIT_OK

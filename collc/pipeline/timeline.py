@@ -223,7 +223,7 @@ def build_timeline(order: ScheduleOrder, costs: StageCosts, span: Span | None = 
     # create no cycles (see collc.ir.heap).
     with few_collections():
         run = None
-        if engine == "wavefront" or (engine == "auto" and _wide(order)):
+        if engine == "wavefront" or (engine == "auto" and wide_enough(order)):
             run = _run_by_wavefront(order, costs)
         if run is None:
             run = _run_by_loop(order, costs, span)
@@ -231,7 +231,7 @@ def build_timeline(order: ScheduleOrder, costs: StageCosts, span: Span | None = 
         return _timeline(order, costs, columns, start, end, source, ready, produced)
 
 
-def _wide(order: ScheduleOrder) -> bool:
+def wide_enough(order: ScheduleOrder) -> bool:
     """Whether the wavefront's rounds average MIN_WAVEFRONT_WIDTH actions or more: they
     are at least as many as the longest rank's actions and the forward and backward
     through every stage."""
@@ -341,25 +341,38 @@ def _run_by_wavefront(order: ScheduleOrder, costs: StageCosts) -> Run | None:
     consumer_b = np.where(is_f, g_at[slot], np.where(is_g, w_at[slot], -1))
     duration = _durations(order, costs)
 
+    # One gather per round for each kind of field: the inputs and the waiters of an
+    # action side by side, its delays and duration side by side.
+    index_type = np.int32 if n + 2 < 2**31 else np.int64  # half the memory to walk
+    links = np.stack((first, second, prev, next_on_rank, consumer_a, consumer_b), axis=1).astype(index_type)
+    times = np.stack((first_delay, second_delay, duration), axis=1)
     end = np.empty(n + 2, dtype=np.float64)
     end[zero], end[never] = 0.0, -np.inf
     start = np.empty(n, dtype=np.float64)
     done = np.zeros(n + 2, dtype=bool)
     done[zero] = done[never] = True
-    frontier = np.flatnonzero(done[prev] & done[first] & done[second])
+    # Where each waiter was last listed in a round: keeps one copy of an action that two
+    # inputs finished in the same round.
+    listed = np.zeros(n, dtype=np.int64)
+    frontier = np.flatnonzero(done[links[:, :3]].all(axis=1))
     ran = 0
     while frontier.size:
-        a = end[first[frontier]] + first_delay[frontier]
-        b = end[second[frontier]] + second_delay[frontier]
-        ready = np.where(b >= a, b, a)
-        t = np.maximum(end[prev[frontier]], ready)
+        linked = links[frontier]
+        timed = times[frontier]
+        inputs = end[linked[:, :3]]
+        a = inputs[:, 0] + timed[:, 0]
+        b = inputs[:, 1] + timed[:, 1]
+        t = np.maximum(inputs[:, 2], np.where(b >= a, b, a))
         start[frontier] = t
-        end[frontier] = t + duration[frontier]
+        end[frontier] = t + timed[:, 2]
         done[frontier] = True
         ran += frontier.size
-        waiting = np.concatenate((next_on_rank[frontier], consumer_a[frontier], consumer_b[frontier]))
-        waiting = np.unique(waiting[waiting >= 0])
-        frontier = waiting[done[prev[waiting]] & done[first[waiting]] & done[second[waiting]]]
+        waiting = linked[:, 3:].ravel()
+        waiting = waiting[waiting >= 0]
+        place = np.arange(waiting.size)
+        listed[waiting] = place
+        waiting = waiting[listed[waiting] == place]
+        frontier = waiting[done[links[waiting, :3]].all(axis=1)]
     if ran < n:
         return None
     # The inputs each action waited on, as the loop records them.

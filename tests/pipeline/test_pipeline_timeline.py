@@ -4,7 +4,9 @@ and the timeline rules (each one broken on purpose)."""
 from __future__ import annotations
 
 import dataclasses
+import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 from collc.diagnostics import CollcError
 from collc.ir.pipeline import MemoryModel
 from collc.pipeline import bubbles, checks
+from collc.pipeline import timeline as timeline_mod
 from collc.pipeline.schedules import Action, Kind, ScheduleOrder, build, gpipe, interleaved, one_f_one_b, zb_h1
 from collc.pipeline.timeline import EventColumns, ScheduleDeadlock, StageCosts, Timeline, build_timeline
 
@@ -213,3 +216,52 @@ def test_large_pipelines_build_quickly():
     order = interleaved(32, 256, 2)
     tl = build_timeline(order, StageCosts.uniform(order, 1.0, 2.0))
     assert tl.step_s == pytest.approx((2 * 256 + 31) * 3.0 / 2)
+
+
+# --- the two engines ---------------------------------------------------------------
+
+EVENT_FIELDS = ("start", "end", "input_stage", "input_kind", "input_microbatch", "input_ready", "input_produced")
+
+
+def _uneven_costs(order: ScheduleOrder, seed: int) -> StageCosts:
+    """Stages of unequal cost and transfers, some of them zero (ties between inputs)."""
+    rng = random.Random(seed)
+    s = order.stages
+
+    def draw(count: int, zero_share: float = 0.0) -> tuple[float, ...]:
+        return tuple(0.0 if rng.random() < zero_share else rng.choice([0.5, 1.0, rng.uniform(0.1, 3.0)])
+                     for _ in range(count))
+
+    forward, weight = draw(s), draw(s)
+    backward = tuple(f * 2 for f in forward)
+    return StageCosts(forward, backward, tuple(b - w for b, w in zip(backward, weight)), weight, draw(s - 1, 0.3),
+                      draw(s - 1, 0.3), draw(order.ranks, 0.5))
+
+
+@pytest.mark.parametrize("order", [one_f_one_b(5, 9), gpipe(4, 6), interleaved(3, 6, 3), zb_h1(6, 10),
+                                   one_f_one_b(1, 4), one_f_one_b(7, 2)], ids=lambda o: f"{o.name}-{o.ranks}")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_wavefront_gives_the_event_loops_timeline_bit_for_bit(order, seed):
+    costs = _uneven_costs(order, seed)
+    loop = build_timeline(order, costs, engine="loop")
+    wave = build_timeline(order, costs, engine="wavefront")
+    for field in EVENT_FIELDS:
+        assert np.array_equal(getattr(loop.events, field), getattr(wave.events, field)), field
+    assert (loop.step_s, loop.collectives) == (wave.step_s, wave.collectives)
+    assert loop.transfers == wave.transfers
+
+
+def test_orders_the_wavefront_cannot_run_get_the_event_loops_errors():
+    twice = ScheduleOrder.of_actions("twice", 1, 1, 2, (0,), ((Action(0, Kind.F, 0), Action(0, Kind.F, 0)),))
+    with pytest.raises(CollcError, match="runs 0F0 twice"):
+        build_timeline(twice, StageCosts.uniform(twice, 1.0, 1.0), engine="wavefront")
+    waits = ScheduleOrder.of_actions("bad", 1, 1, 1, (0,), ((Action(0, Kind.B, 0), Action(0, Kind.F, 0)),))
+    with pytest.raises(ScheduleDeadlock, match="rank 0 at 0B0"):
+        build_timeline(waits, StageCosts.uniform(waits, 1.0, 1.0), engine="wavefront")
+
+
+def test_wide_pipelines_run_by_wavefront():
+    order = one_f_one_b(128, 128)  # 32,768 actions in about 512 rounds
+    tl = build_timeline(order, StageCosts.uniform(order, 1.0, 2.0))
+    assert tl.step_s == pytest.approx((128 + 127) * 3.0)
+    assert timeline_mod.wide_enough(order) and not timeline_mod.wide_enough(one_f_one_b(8, 64))
