@@ -215,6 +215,8 @@ def _waiting_on(tl: Timeline, source: np.ndarray) -> list[str | None]:
 
 
 def rank_bubbles(tl: Timeline, rank: int, memory: MemoryModel | None = None, min_s: float = 0.0) -> list[Bubble]:
+    """One rank's bubbles. They are found for every rank at once: for several ranks, call
+    `bubble_columns` once."""
     return bubble_columns(tl, memory, min_s).rank_bubbles(rank)
 
 

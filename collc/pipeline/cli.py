@@ -104,16 +104,19 @@ def _report_text(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
 
 
 def _write_outputs(args: argparse.Namespace, report: dict[str, Any], text: list[str], lanes: Callable[[], list],
-                   title: str, csv_text: str | None = None) -> None:
+                   title: str, csv_text: str | None = None, trace: Callable[[Path], None] | None = None) -> None:
+    """`trace`: writes the Chrome trace itself (else it is drawn from the lanes)."""
     from collc.pipeline import render
 
     # Everything is computed before anything is written, and the files are written all
     # or none: a target that fails at the last moment leaves none of the others behind.
-    drawn = lanes() if args.trace or args.plot else []
+    drawn = lanes() if (args.trace and trace is None) or args.plot else []
     with all_or_nothing():
         if args.report:
             atomic_write(args.report, text)
-        if args.trace:
+        if args.trace and trace is not None:
+            trace(args.trace)
+        elif args.trace:
             render.write_trace(args.trace, drawn, title)
         if args.plot:
             render.write_plot(args.plot, drawn, title, report["step_us"])
@@ -146,7 +149,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     csv_text = format_order(pred.order) if args.schedule_csv else None
     text = _report_text(args, pred.report)
     _write_outputs(args, pred.report, text, lambda: render.lanes_from_prediction(pred.timeline, pred.report), title,
-                   csv_text)
+                   csv_text, lambda path: render.write_prediction_trace(path, pred.timeline, pred.report, title))
     if args.json:
         sys.stdout.writelines(text)
     else:

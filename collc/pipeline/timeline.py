@@ -180,8 +180,7 @@ class Timeline:
         part = self.rank_slice(rank)
         return float(self.events.end[part.stop - 1]) if part.stop > part.start else 0.0
 
-    @property
-    def transfers(self) -> tuple[TransferEvent, ...]:
+    def transfer_columns(self) -> "TransferColumns":
         """Activations and gradients sent to another rank, rank after rank in each rank's
         order of its actions."""
         ev, order, costs = self.events, self.order, self.costs
@@ -192,15 +191,38 @@ class Timeline:
         is_g = (ev.kind == B_CODE) | (ev.kind == I_CODE)
         to = np.where(is_f, holder[np.minimum(ev.stage + 1, S)], np.where(is_g, holder[ev.stage - 1], -1))
         sends = np.flatnonzero((to >= 0) & (to != rank) & np.where(is_f, ev.stage < S - 1, ev.stage > 0))
-        out = []
-        for i, r, dst, s, k, mb, t in zip(sends.tolist(), rank[sends].tolist(), to[sends].tolist(),
-                                         ev.stage[sends].tolist(), ev.kind[sends].tolist(),
-                                         ev.microbatch[sends].tolist(), ev.end[sends].tolist()):
-            if k == F_CODE:
-                out.append(TransferEvent("activation", r, dst, s, s + 1, mb, t, t + costs.send_forward_s[s]))
-            else:
-                out.append(TransferEvent("gradient", r, dst, s, s - 1, mb, t, t + costs.send_backward_s[s - 1]))
-        return tuple(out)
+        activation = is_f[sends]
+        stage = ev.stage[sends]
+        # The delay of the boundary crossed: s -> s+1 forward, s -> s-1 backward (padded).
+        forward_s = np.asarray(costs.send_forward_s + (0.0,), dtype=np.float64)
+        backward_s = np.asarray((0.0,) + costs.send_backward_s, dtype=np.float64)
+        start = ev.end[sends]
+        end = start + np.where(activation, forward_s[stage], backward_s[stage])
+        return TransferColumns(rank[sends], to[sends], stage, np.where(activation, stage + 1, stage - 1),
+                               ev.microbatch[sends], activation, start, end)
+
+    @property
+    def transfers(self) -> tuple[TransferEvent, ...]:
+        """`transfer_columns` as objects."""
+        t = self.transfer_columns()
+        return tuple(TransferEvent("activation" if a else "gradient", r, d, s, ds, mb, st, en) for r, d, s, ds, mb, a, st, en
+                     in zip(t.src_rank.tolist(), t.dst_rank.tolist(), t.src_stage.tolist(), t.dst_stage.tolist(),
+                            t.microbatch.tolist(), t.activation.tolist(), t.start.tolist(), t.end.tolist()))
+
+
+@dataclass(frozen=True, eq=False)
+class TransferColumns:
+    """Transfers, one array per field of `TransferEvent` (`activation`: True for an
+    activation, False for a gradient)."""
+
+    src_rank: np.ndarray
+    dst_rank: np.ndarray
+    src_stage: np.ndarray
+    dst_stage: np.ndarray
+    microbatch: np.ndarray
+    activation: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
 
 
 class ScheduleDeadlock(CollcError):

@@ -265,3 +265,17 @@ def test_wide_pipelines_run_by_wavefront():
     tl = build_timeline(order, StageCosts.uniform(order, 1.0, 2.0))
     assert tl.step_s == pytest.approx((128 + 127) * 3.0)
     assert timeline_mod.wide_enough(order) and not timeline_mod.wide_enough(one_f_one_b(8, 64))
+
+
+@pytest.mark.parametrize("order", [one_f_one_b(3, 4), interleaved(2, 4, 2), zb_h1(3, 5)], ids=lambda o: o.name)
+def test_the_trace_from_columns_is_the_trace_of_the_lanes(order, tmp_path):
+    from collc.pipeline import render
+
+    tl = build_timeline(order, _uneven_costs(order, 4))
+    mem = MemoryModel(16 * 2**30, (2**30,) * order.ranks, (2**29,) * order.ranks, (0,) * order.ranks,
+                      (2**28,) * order.ranks)
+    report = {"stages": [{"ranks": [r, r + 4], **bubbles.stage_report(tl, r, [r], mem)} for r in range(order.ranks)],
+              "gradient": {"collective": "allreduce"}}
+    render.write_trace(tmp_path / "lanes.json", render.lanes_from_prediction(tl, report), "a \u00e9 title")
+    render.write_prediction_trace(tmp_path / "columns.json", tl, report, "a \u00e9 title")
+    assert (tmp_path / "columns.json").read_bytes() == (tmp_path / "lanes.json").read_bytes()
