@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import json.encoder
-import math
 import re
 from collections.abc import Iterator
 from itertools import chain
@@ -110,16 +109,20 @@ def list_items_text(items: list[Any], level: int) -> bytes | None:
     return _reindented_items(raw, level)
 
 
-def _reindented_items(raw: bytes, level: int) -> bytes:
+def _reindented_items(raw: bytes, level: int, depth: int | None = None) -> bytes:
     """orjson's text of a non-empty list (OPT_INDENT_2) rewritten as `list_items_text`
     returns it: non-ASCII and DEL escaped as json.dumps escapes them, indented by one
-    per level from `level`."""
+    per level from `level`. `depth`: how deep its lines are indented, where the caller
+    knows (else looked for)."""
     if not raw.isascii():
         raw = _NON_ASCII.sub(_ascii_escape, raw.decode()).encode()
-    body = b"\n" + raw[2:-2].replace(b"\x7f", b"\\u007f")  # within "[\n" ... "\n]"
-    depth = 1
-    while b"\n" + b"  " * (depth + 1) in body:
-        depth += 1
+    body = b"\n" + raw[2:-2]  # within "[\n" ... "\n]"
+    if b"\x7f" in body:
+        body = body.replace(b"\x7f", b"\\u007f")
+    if depth is None:
+        depth = 1
+        while b"\n" + b"  " * (depth + 1) in body:
+            depth += 1
     for d in range(depth, 0, -1):
         body = body.replace(b"\n" + b"  " * d, b"\n" + b"\t" * (level + d - 1))
     return body[1:].translate(_TAB_TO_SPACE)
@@ -144,17 +147,18 @@ def flat_dicts_text(items: list[Any] | tuple[Any, ...], level: int) -> bytes | N
     types = set(map(type, values))
     if not types <= _PLAIN_TYPES:
         return None
-    # Their sum is finite only if every float is (a finite overflow only refuses the list).
-    if float in types and not math.isfinite(sum(filter(_is_float, values))):
-        return None
     try:
         raw = orjson.dumps(items, option=_ORJSON_OPTIONS)
     except TypeError:  # keys not str, integers past 64 bits
         return None
+    # Each None is one null; any other null is a NaN or an infinity (or a string holding
+    # "null": refused too, by the same count).
+    if float in types and raw.count(b"null") != values.count(None):
+        return None
     # orjson's exponents are signed (1e-7, 1e+16): plain searches, not a pattern's scan.
     if float in types and (b"e-" in raw or b"e+" in raw or b"0.0000" in raw):
         raw = _OTHER_FLOAT_VALUE.sub(_repr_float_value, raw)
-    return _reindented_items(raw, level)
+    return _reindented_items(raw, level, depth=2)
 
 
 def _repr_float_value(match: re.Match[bytes]) -> bytes:
@@ -162,7 +166,6 @@ def _repr_float_value(match: re.Match[bytes]) -> bytes:
 
 
 _PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
-_is_float = float.__instancecheck__
 # A number orjson may write otherwise than repr, as a flat dict's value in its indented text.
 _OTHER_FLOAT_VALUE = re.compile(rb": (-?(?:[0-9.]+[eE][-+]?[0-9]+|0\.0000[0-9]*))(?=,?$)", re.MULTILINE)
 
