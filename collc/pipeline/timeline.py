@@ -36,7 +36,7 @@ import numpy as np
 from collc.diagnostics import CollcError, Span
 from collc.ir.heap import few_collections
 from collc.pipeline.schedules import (
-    B_CODE, F_CODE, I_CODE, KIND_CODES, W_CODE, Action, ActionColumns, Kind, ScheduleOrder,
+    B_CODE, F_CODE, I_CODE, KIND_CODES, W_CODE, Action, ActionColumns, ScheduleOrder,
 )
 
 
@@ -141,17 +141,14 @@ class EventColumns:
         actions = ActionColumns.of_actions([[e.action for e in events] for events in per_rank])
         code = {k: c for c, k in enumerate(KIND_CODES)}
         sources = [e.input_from for e in flat]
-
-        def column(values: list, dtype: type) -> np.ndarray:
-            return np.array(values, dtype=dtype).reshape(len(values))
-
+        times, indices = np.float64, np.int64
         return cls(actions.offsets, actions.stage, actions.kind, actions.microbatch,
-                   column([e.start for e in flat], np.float64), column([e.end for e in flat], np.float64),
-                   column([-1 if a is None else a.stage for a in sources], np.int64),
-                   column([-1 if a is None else code[a.kind] for a in sources], np.int64),
-                   column([-1 if a is None else a.microbatch for a in sources], np.int64),
-                   column([e.input_ready for e in flat], np.float64),
-                   column([e.input_produced for e in flat], np.float64))
+                   np.array([e.start for e in flat], dtype=times), np.array([e.end for e in flat], dtype=times),
+                   np.array([-1 if a is None else a.stage for a in sources], dtype=indices),
+                   np.array([-1 if a is None else code[a.kind] for a in sources], dtype=indices),
+                   np.array([-1 if a is None else a.microbatch for a in sources], dtype=indices),
+                   np.array([e.input_ready for e in flat], dtype=times),
+                   np.array([e.input_produced for e in flat], dtype=times))
 
 
 @dataclass(frozen=True, eq=False)
@@ -273,12 +270,15 @@ Run = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # start
 
 def _timeline(order: ScheduleOrder, costs: StageCosts, columns: ActionColumns, start: np.ndarray, end: np.ndarray,
               source: np.ndarray, ready: np.ndarray, produced: np.ndarray) -> Timeline:
-    none = source < 0
-    safe = np.where(none, 0, source)
+    def of_source(field: np.ndarray) -> np.ndarray:
+        """`field` of each event's input (-1 where there is none)."""
+        out = np.full(source.size, -1, dtype=np.int64)
+        has = source >= 0
+        out[has] = field[source[has]]
+        return out
+
     events = EventColumns(columns.offsets, columns.stage, columns.kind, columns.microbatch, start, end,
-                          np.where(none, -1, columns.stage[safe]) if source.size else source.copy(),
-                          np.where(none, -1, columns.kind[safe]) if source.size else source.copy(),
-                          np.where(none, -1, columns.microbatch[safe]) if source.size else source.copy(),
+                          of_source(columns.stage), of_source(columns.kind), of_source(columns.microbatch),
                           ready, produced)
     collectives = []
     step = 0.0
