@@ -37,6 +37,7 @@ def main() -> int:
     os.environ["COLLC_FUZZ_PROFILE"] = "long"
     os.environ["COLLC_FUZZ_EXAMPLES"] = str(args.examples)
     sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+    sys.path.insert(1, str(ROOT / "tests"))  # the samples the fuzz inputs share with other tests
     import conftest  # noqa: F401  (registers and loads the profile)
     import fuzz_inputs
     import test_fuzz_coll

@@ -1,14 +1,16 @@
-"""`indented_json` gives json.dumps(value, indent=1)'s bytes, whichever encoder made them."""
+"""`indented_json` gives json.dumps(value, indent=1)'s bytes, whichever encoder made them;
+`jsontext.dumps` gives its text."""
 
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
 
 from collc import jsontext
-from collc.jsontext import WrittenList, indented_json, list_items_text
+from collc.jsontext import WrittenList, flat_dicts_text, indented_json, list_items_text
 
 
 def dumps(value) -> bytes:
@@ -81,3 +83,64 @@ def test_a_written_list_is_json_dumps_of_its_items_values():
     doc = {"a": 1, "items": WrittenList(items, write, to_json), "z": [WrittenList([], write, to_json)]}
     plain = {"a": 1, "items": [to_json(i) for i in items], "z": [[]]}
     assert dumps(doc) == json.dumps(plain, indent=1).encode()
+
+
+# --- dumps: the text as one string, by the C encoder ---------------------------
+
+REPORT_VALUES = [
+    {}, [], (), 0, -3, 1.5, -0.0, 1e300, 2.5e-9, math.nan, math.inf, -math.inf, True, False, None, "a\"b\\c\n\u00e9\U0001f600",
+    {"a": [], "b": {}, "c": [1, 2.0, None, True, "x"], "d": {"e": {"f": [{"g": 1}, [], [[]]]}}},
+    [{"start_us": 0.1 + 0.2, "cause": "warmup", "free_bytes": None, "waiting_on": "3F2 (rank 1)"}] * 3,
+    {"t": (1, (2, 3), {"u": ()})},
+]
+
+
+@pytest.mark.parametrize("value", REPORT_VALUES)
+def test_dumps_gives_the_text_of_json_dumps_with_indent_1(value):
+    assert jsontext.dumps(value) == json.dumps(value, indent=1)
+
+
+def test_dumps_leaves_values_it_does_not_know_to_json_dumps():
+    class Number(int):
+        pass
+
+    for value in ({1: "int key"}, [Number(3)], {"a": {None: 1}}):
+        assert jsontext.dumps(value) == json.dumps(value, indent=1)
+    with pytest.raises(TypeError):
+        jsontext.dumps({"a": object()})
+
+
+def test_dumps_of_lists_of_flat_dicts_and_their_neighbours():
+    bubble = {"start_us": 1.5, "cause": "transfer", "waiting_on": "},\n  {\"x\": [1]}", "free_bytes": None}
+    values = [[bubble] * 4, [bubble, {}], [bubble, {"a": [1]}], [bubble, 3], {"s": [{"b": [bubble, bubble]}]},
+              [[bubble], ({"k": 1},)]]
+    for value in values:
+        assert jsontext.dumps(value) == json.dumps(value, indent=1)
+
+
+def test_lists_of_flat_dicts_with_floats_are_written_by_orjson_where_its_text_is_json_dumps():
+    rng = random.Random(3)
+    floats = [rng.random() * 10 ** rng.uniform(-8, 20) for _ in range(2000)] + [1e-4, 1e16, 0.1 + 0.2, -0.0, 0.0]
+    bubbles = [{"start_us": x, "n": i, "cause": "warmup", "free_bytes": None, "ok": i % 2 == 0}
+               for i, x in enumerate(floats)]
+    assert jsontext.dumps({"stages": [{"bubbles": bubbles}]}) == json.dumps({"stages": [{"bubbles": bubbles}]}, indent=1)
+    mid_range = [b for b in bubbles if 1e-4 <= b["start_us"] < 1e15]
+    text = flat_dicts_text(mid_range, 3)
+    assert text == json.dumps({"a": {"b": mid_range}}, indent=1).encode()[len(b'{\n "a": {\n  "b": [\n'):
+                                                                           -len(b"\n  ]\n }\n}")]
+
+
+@pytest.mark.parametrize("value", [1e-05, -9.99e-05, 1e16, 1e300, 5e-324, 1e-300])
+def test_floats_orjson_writes_otherwise_are_written_again_by_repr(value):
+    # Strings that look like such numbers, and keys, are left as they are.
+    items = [{"a": 1.5, "v": value, "s": "x: 1e-05", "t: 1e16": "0.00001"}, {"w": -value}] * 3
+    text = flat_dicts_text(items, 1)
+    assert text is not None
+    assert jsontext.dumps([items]) == json.dumps([items], indent=1)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 2**70, [1], {"a": 1}, 1e308 * 10])
+def test_flat_dicts_orjson_could_write_otherwise_are_refused(value):
+    items = [{"a": 1.5, "v": value}]
+    assert flat_dicts_text(items, 1) is None
+    assert jsontext.dumps([items]) == json.dumps([items], indent=1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -11,6 +10,7 @@ from typing import Any, Callable
 from collc.commands.args import finite_float, output_path, repeated_output
 from collc.diagnostics import UsageError
 from collc.io import all_or_nothing, atomic_write, check_input_file, check_output_path
+from collc import jsontext
 
 EXIT_OK = 0
 
@@ -97,17 +97,26 @@ def check_outputs(args: argparse.Namespace) -> None:
             check_output_path(path, what=f"{option} output")
 
 
-def _write_outputs(args: argparse.Namespace, report: dict[str, Any], lanes: Callable[[], list], title: str,
-                   csv_text: str | None = None) -> None:
+def _report_text(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
+    """The report's JSON text in pieces (with its final newline), made once for --report
+    and --json alike; none where neither asks for it."""
+    return [*jsontext.text_pieces(report), "\n"] if args.report or args.json else []
+
+
+def _write_outputs(args: argparse.Namespace, report: dict[str, Any], text: list[str], lanes: Callable[[], list],
+                   title: str, csv_text: str | None = None, trace: Callable[[Path], None] | None = None) -> None:
+    """`trace`: writes the Chrome trace itself (else it is drawn from the lanes)."""
     from collc.pipeline import render
 
     # Everything is computed before anything is written, and the files are written all
     # or none: a target that fails at the last moment leaves none of the others behind.
-    drawn = lanes() if args.trace or args.plot else []
+    drawn = lanes() if (args.trace and trace is None) or args.plot else []
     with all_or_nothing():
         if args.report:
-            atomic_write(args.report, json.dumps(report, indent=1) + "\n")
-        if args.trace:
+            atomic_write(args.report, text)
+        if args.trace and trace is not None:
+            trace(args.trace)
+        elif args.trace:
             render.write_trace(args.trace, drawn, title)
         if args.plot:
             render.write_plot(args.plot, drawn, title, report["step_us"])
@@ -138,10 +147,11 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     pred = predict(job, use=args.gradient, synthesize=not args.no_synthesis, min_bubble_s=args.min_bubble_us * 1e-6)
     title = f"{job.name}: {pred.order.name}, {job.microbatches} micro-batches (predicted)"
     csv_text = format_order(pred.order) if args.schedule_csv else None
-    _write_outputs(args, pred.report, lambda: render.lanes_from_prediction(pred.timeline, pred.report), title,
-                   csv_text)
+    text = _report_text(args, pred.report)
+    _write_outputs(args, pred.report, text, lambda: render.lanes_from_prediction(pred.timeline, pred.report), title,
+                   csv_text, lambda path: render.write_prediction_trace(path, pred.timeline, pred.report, title))
     if args.json:
-        sys.stdout.write(json.dumps(pred.report, indent=1) + "\n")
+        sys.stdout.writelines(text)
     else:
         sys.stdout.write(job.describe() + "\n" + "\n".join(_summary(pred.report)) + "\n")
     return EXIT_OK
@@ -153,9 +163,10 @@ def cmd_bubbles(args: argparse.Namespace) -> int:
     check_outputs(args)
     result = measure(args.traces, threshold_us=args.threshold_us)
     title = f"measured: {', '.join(p.name for p in args.traces)}"
-    _write_outputs(args, result.report, lambda: result.lanes, title)
+    text = _report_text(args, result.report)
+    _write_outputs(args, result.report, text, lambda: result.lanes, title)
     if args.json:
-        sys.stdout.write(json.dumps(result.report, indent=1) + "\n")
+        sys.stdout.writelines(text)
     else:
         sys.stdout.write("\n".join(_summary(result.report)) + "\n")
     return EXIT_OK

@@ -204,8 +204,7 @@ def to_order(schedule: CsvSchedule, filename: str, name: str, microbatches: int 
     m = top_mb + 1
     if microbatches is not None and microbatches != m:
         raise CollcError(f"{filename} runs {m} micro-batches but the pipeline has {microbatches}", span)
-    return ScheduleOrder(name, len(rows), stages, m, tuple(stage_rank[s] for s in range(stages)),
-                         tuple(tuple(s) for s in actions))
+    return ScheduleOrder.of_actions(name, len(rows), stages, m, tuple(stage_rank[s] for s in range(stages)), actions)
 
 
 def read_schedule(path: str | Path, microbatches: int | None = None, ranks: int | None = None,

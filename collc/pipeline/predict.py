@@ -9,6 +9,7 @@ from collc.diagnostics import CollcError
 from collc.pipeline import bubbles as bubbles_mod
 from collc.pipeline import network, schedules
 from collc.pipeline.checks import check_timeline
+from collc.ir.heap import few_collections
 from collc.ir.pipeline import PipelineJob, ScheduleKind
 from collc.pipeline.schedules import ScheduleOrder
 from collc.pipeline.timeline import Timeline, build_timeline
@@ -39,8 +40,7 @@ def _check_memory(job: PipelineJob, tl: Timeline) -> None:
     mem = job.memory
     if mem is None:
         return
-    for r in range(job.stages):
-        peak = bubbles_mod.peak_in_flight(tl, r)
+    for r, peak in enumerate(bubbles_mod.peaks_in_flight(tl)):
         act = peak * mem.activation_bytes[r] // tl.order.chunks
         need = mem.static_bytes(r) + act
         if need > mem.device_bytes:
@@ -56,6 +56,13 @@ def predict(job: PipelineJob, use: str = "baseline", synthesize: bool = True, mi
     NCCL-style ring, or "synthesized"); both steps are reported when `synthesize`."""
     if use == "synthesized" and not synthesize:
         raise CollcError("the synthesized gradient collective was asked for without synthesis")
+    # Millions of actions, events and bubbles, and no reference cycles among them: each
+    # collection would walk them all (a third of the checks' and the bubbles' time).
+    with few_collections():
+        return _predict(job, use, synthesize, min_bubble_s)
+
+
+def _predict(job: PipelineJob, use: str, synthesize: bool, min_bubble_s: float) -> Prediction:
     order = schedule_order(job)
     grads = network.gradient_times(job, synthesize)
     chosen = tuple(g.synthesized_s if use == "synthesized" else g.baseline_s for g in grads)
@@ -63,10 +70,9 @@ def predict(job: PipelineJob, use: str = "baseline", synthesize: bool = True, mi
     tl = build_timeline(order, costs, job.span_of("schedule"))
     check_timeline(tl, job.span_of("schedule"))
     _check_memory(job, tl)
-    stages = [bubbles_mod.stage_report(tl, r, list(job.stage_gpus[r]), job.memory, min_bubble_s)
-              for r in range(job.stages)]
+    stages = bubbles_mod.stage_reports(tl, [list(g) for g in job.stage_gpus], job.memory, min_bubble_s)
     step_us = tl.step_s * 1e6
-    last = [tl.compute[r][-1].end if tl.compute[r] else 0.0 for r in range(job.stages)]
+    last = [tl.last_end(r) for r in range(job.stages)]
 
     def step_with(times: list[float]) -> float:
         return max(l + t for l, t in zip(last, times)) * 1e6

@@ -8,12 +8,18 @@ a measured step look alike.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from collc.diagnostics import CollcError
 from collc.io import atomic_write
+from collc.pipeline.schedules import KIND_CODES
 from collc.pipeline.timeline import Timeline
 from collc.render.chrome_trace import TraceBuilder, write_trace as write_chrome_trace
 from collc.render.plots import figure_bytes, pyplot
@@ -23,6 +29,8 @@ COLOURS = {
     "F": "#4C72B0", "B": "#55A868", "I": "#8FBC8F", "W": "#C9B458", "compute": "#4C72B0",
     "gradient": "#DD8452", "bubble": "#D62728",
 }
+
+LETTERS = tuple(k.value for k in KIND_CODES)  # by kind code
 
 
 @dataclass(frozen=True)
@@ -43,19 +51,31 @@ class Lane:
     bubbles: list[dict[str, Any]] = field(default_factory=list)  # report entries
 
 
+def _lane_title(rank: int, stage: dict[str, Any]) -> str:
+    return f"stage {rank} (GPUs {', '.join(map(str, stage['ranks']))})"
+
+
+def _collective_spans(tl: Timeline, rank: int, report: dict[str, Any]) -> list[Interval]:
+    """The rank's gradient collective, if it takes any time."""
+    c = tl.collectives[rank]
+    if c.end <= c.start:
+        return []
+    return [Interval(c.start * 1e6, (c.end - c.start) * 1e6, "gradient", f"gradient {report['gradient']['collective']}")]
+
+
 def lanes_from_prediction(tl: Timeline, report: dict[str, Any]) -> list[Lane]:
     lanes = []
     for r in range(tl.order.ranks):
         stage = report["stages"][r]
-        lane = Lane(f"stage {r} (GPUs {', '.join(map(str, stage['ranks']))})")
-        for e in tl.compute[r]:
-            a = e.action
-            lane.compute.append(Interval(e.start * 1e6, (e.end - e.start) * 1e6, a.kind.value, str(a),
-                                      {"stage": a.stage, "microbatch": a.microbatch}))
-        c = tl.collectives[r]
-        if c.end > c.start:
-            lane.collectives.append(Interval(c.start * 1e6, (c.end - c.start) * 1e6, "gradient",
-                                          f"gradient {report['gradient']['collective']}"))
+        lane = Lane(_lane_title(r, stage))
+        part = tl.rank_slice(r)
+        ev = tl.events
+        for s, k, mb, start_us, dur_us in zip(ev.stage[part].tolist(), ev.kind[part].tolist(),
+                                              ev.microbatch[part].tolist(), (ev.start[part] * 1e6).tolist(),
+                                              ((ev.end[part] - ev.start[part]) * 1e6).tolist()):
+            letter = LETTERS[k]
+            lane.compute.append(Interval(start_us, dur_us, letter, f"{s}{letter}{mb}", {"stage": s, "microbatch": mb}))
+        lane.collectives = _collective_spans(tl, r, report)
         lane.bubbles = stage["bubbles"]
         lanes.append(lane)
     for t in tl.transfers:
@@ -66,18 +86,26 @@ def lanes_from_prediction(tl: Timeline, report: dict[str, Any]) -> list[Lane]:
     return lanes
 
 
+def _lane_rows(trace: TraceBuilder, pid: int, lane: Lane) -> None:
+    """The lane's process and its rows, named."""
+    trace.process(pid, lane.title, sort_index=pid, tid=0)
+    for tid, name in ((0, "compute"), (1, "transfers (sent)"), (2, "gradient collective"), (3, "bubbles")):
+        trace.thread(pid, tid, name)
+
+
+def _add_spans(trace: TraceBuilder, pid: int, tid: int, spans: list[Interval]) -> None:
+    for s in spans:
+        trace.complete(s.label, s.category, pid, tid, s.start_us, s.dur_us, s.args)
+
+
 def chrome_trace(lanes: list[Lane], title: str) -> dict[str, Any]:
     """One process per lane, with rows for compute, transfers sent, the gradient
     collective and bubbles."""
     trace = TraceBuilder()
-    threads = ((0, "compute"), (1, "transfers (sent)"), (2, "gradient collective"), (3, "bubbles"))
     for pid, lane in enumerate(lanes):
-        trace.process(pid, lane.title, sort_index=pid, tid=0)
-        for tid, name in threads:
-            trace.thread(pid, tid, name)
+        _lane_rows(trace, pid, lane)
         for tid, spans in ((0, lane.compute), (1, lane.transfers), (2, lane.collectives)):
-            for s in spans:
-                trace.complete(s.label, s.category, pid, tid, s.start_us, s.dur_us, s.args)
+            _add_spans(trace, pid, tid, spans)
         for b in lane.bubbles:
             trace.complete(f"bubble ({b['cause']})", "bubble", pid, 3, b["start_us"], b["duration_us"],
                            {k: v for k, v in b.items() if k not in ("start_us", "end_us")})
@@ -86,6 +114,57 @@ def chrome_trace(lanes: list[Lane], title: str) -> dict[str, Any]:
 
 def write_trace(path: Path, lanes: list[Lane], title: str) -> None:
     write_chrome_trace(path, chrome_trace(lanes, title))
+
+
+# The slices of a predicted step, as json.dumps writes the events `chrome_trace` makes
+# of them (keys in its order, its separators, floats by repr).
+_COMPUTE_SLICE = ('{"ph": "X", "name": "%d%s%d", "cat": "%s", "pid": %d, "tid": 0, "ts": %r, "dur": %r, '
+                  '"args": {"stage": %d, "microbatch": %d}}')
+_TRANSFER_SLICE = ('{"ph": "X", "name": "%s %d->%d mb %d", "cat": "transfer", "pid": %d, "tid": 1, "ts": %r, '
+                   '"dur": %r, "args": {"to_rank": %d, "microbatch": %d}}')
+_BUBBLE_SLICE = ('{"ph": "X", "name": "bubble (%s)", "cat": "bubble", "pid": %d, "tid": 3, "ts": %r, "dur": %r, '
+                 '"args": {"duration_us": %r, "cause": "%s", "free_bytes": %s, "waiting_on": %s}}')
+
+
+def prediction_trace_pieces(tl: Timeline, report: dict[str, Any], title: str) -> Iterator[str]:
+    """The text `write_trace` writes for `lanes_from_prediction(tl, report)`, made from
+    the timeline's columns in pieces, a rank at a time: a step of two million actions
+    would otherwise be millions of intervals and event dicts, and seconds of encoding
+    per million. Metadata and collectives, a few per rank, go through `chrome_trace`."""
+    yield '{"traceEvents": ['
+    ev = tl.events
+    transfers = tl.transfer_columns()
+    sent_by = np.concatenate(([0], np.cumsum(np.bincount(transfers.src_rank, minlength=tl.order.ranks))))
+    for r in range(tl.order.ranks):
+        stage = report["stages"][r]
+        head = TraceBuilder()
+        _lane_rows(head, r, Lane(_lane_title(r, stage)))
+        events = [json.dumps(e) for e in head.events]
+        collective = TraceBuilder()
+        _add_spans(collective, r, 2, _collective_spans(tl, r, report))
+        part = tl.rank_slice(r)
+        events += [_COMPUTE_SLICE % (s, LETTERS[k], mb, LETTERS[k], r, start, dur, s, mb) for s, k, mb, start, dur in
+                   zip(ev.stage[part].tolist(), ev.kind[part].tolist(), ev.microbatch[part].tolist(),
+                       (ev.start[part] * 1e6).tolist(), ((ev.end[part] - ev.start[part]) * 1e6).tolist())]
+        sent = slice(int(sent_by[r]), int(sent_by[r + 1]))
+        events += [_TRANSFER_SLICE % ("activation" if a else "gradient", s, d, mb, r, start, dur, to, mb)
+                   for a, s, d, mb, to, start, dur in
+                   zip(transfers.activation[sent].tolist(), transfers.src_stage[sent].tolist(),
+                       transfers.dst_stage[sent].tolist(), transfers.microbatch[sent].tolist(),
+                       transfers.dst_rank[sent].tolist(), (transfers.start[sent] * 1e6).tolist(),
+                       ((transfers.end[sent] - transfers.start[sent]) * 1e6).tolist())]
+        events += [json.dumps(e) for e in collective.events]
+        events += [_BUBBLE_SLICE % (b["cause"], r, b["start_us"], b["duration_us"], b["duration_us"], b["cause"],
+                                    "null" if b["free_bytes"] is None else int.__repr__(b["free_bytes"]),
+                                    "null" if b["waiting_on"] is None else encode_basestring_ascii(b["waiting_on"]))
+                   for b in stage["bubbles"]]
+        yield (", " if r else "") + ", ".join(events)
+    yield '], "displayTimeUnit": "ms", "otherData": {"title": ' + json.dumps(title) + "}}"
+
+
+def write_prediction_trace(path: Path, tl: Timeline, report: dict[str, Any], title: str) -> None:
+    """`write_trace(path, lanes_from_prediction(tl, report), title)`, the same bytes."""
+    atomic_write(path, prediction_trace_pieces(tl, report, title))
 
 
 def _unit(step_us: float) -> tuple[float, str]:

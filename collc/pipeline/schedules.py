@@ -6,6 +6,11 @@ stages numbered globally along the model (0 .. ranks*chunks-1); `stage_rank` say
 pipeline rank holds each one: a loop (stage s on rank s mod p) for interleaved 1F1B, a V
 (rank r holds r and 2p-1-r) for DualPipeV, or whatever a CSV file says.
 
+An order keeps its actions as NumPy columns (`ActionColumns`: stage, kind code,
+micro-batch, rank after rank): a 1,000-stage, 1,000-micro-batch 1F1B order is two
+million actions, built by array operations; the `Action` objects are made only when
+asked for (`ScheduleOrder.actions`).
+
 The orders built here are the textbook ones: GPipe (all forwards, then all backwards),
 1F1B (PipeDream-flush: p-1-r warm-up forwards on rank r, then one forward and one
 backward in turn), interleaved 1F1B (Megatron-LM's order), and ZB-H1 (zero-bubble with
@@ -16,6 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
 
 from collc.diagnostics import CollcError, Span
 
@@ -34,10 +43,58 @@ class Action:
     microbatch: int
 
     def __str__(self) -> str:
-        return f"{self.stage}{self.kind.value}{self.microbatch}"
+        # `_value_`, not `value`: the latter is a descriptor call, a noticeable share of
+        # naming a million bubbles' inputs.
+        return f"{self.stage}{self.kind._value_}{self.microbatch}"
 
 
-@dataclass(frozen=True)
+KIND_CODES = (Kind.F, Kind.B, Kind.I, Kind.W)  # a kind's code is its index here
+F_CODE, B_CODE, I_CODE, W_CODE = range(4)
+
+
+@dataclass(frozen=True, eq=False)
+class ActionColumns:
+    """Actions rank after rank, one array per field: rank r's are
+    [offsets[r], offsets[r + 1])."""
+
+    offsets: np.ndarray  # int64, ranks + 1
+    stage: np.ndarray  # int64
+    kind: np.ndarray  # int64 code: index in KIND_CODES
+    microbatch: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return int(self.stage.size)
+
+    def action(self, i: int) -> Action:
+        return Action(int(self.stage[i]), KIND_CODES[int(self.kind[i])], int(self.microbatch[i]))
+
+    def rank_actions(self, rank: int) -> tuple[Action, ...]:
+        lo, hi = int(self.offsets[rank]), int(self.offsets[rank + 1])
+        kinds = KIND_CODES
+        return tuple(Action(s, kinds[k], m) for s, k, m in zip(self.stage[lo:hi].tolist(), self.kind[lo:hi].tolist(),
+                                                                self.microbatch[lo:hi].tolist()))
+
+    @classmethod
+    def of_actions(cls, actions: Sequence[Sequence[Action]]) -> "ActionColumns":
+        flat = [a for acts in actions for a in acts]
+        n = len(flat)
+        code = {k: c for c, k in enumerate(KIND_CODES)}
+        offsets = np.zeros(len(actions) + 1, dtype=np.int64)
+        np.cumsum([len(acts) for acts in actions], out=offsets[1:])
+        return cls(offsets, np.fromiter((a.stage for a in flat), np.int64, n),
+                   np.fromiter((code[a.kind] for a in flat), np.int64, n),
+                   np.fromiter((a.microbatch for a in flat), np.int64, n))
+
+    @classmethod
+    def of_grid(cls, stage: np.ndarray, kind: np.ndarray, microbatch: np.ndarray) -> "ActionColumns":
+        """From (ranks, actions per rank) arrays, every rank running as many actions."""
+        ranks, per_rank = stage.shape
+        offsets = np.arange(ranks + 1, dtype=np.int64) * per_rank
+        return cls(offsets, stage.astype(np.int64).ravel(), kind.astype(np.int64).ravel(),
+                   microbatch.astype(np.int64).ravel())
+
+
+@dataclass(frozen=True, eq=False)
 class ScheduleOrder:
     """Every rank's compute actions in execution order."""
 
@@ -46,7 +103,19 @@ class ScheduleOrder:
     stages: int  # virtual stages
     microbatches: int
     stage_rank: tuple[int, ...]  # virtual stage -> pipeline rank
-    actions: tuple[tuple[Action, ...], ...]  # per rank
+    columns: ActionColumns
+
+    @classmethod
+    def of_actions(cls, name: str, ranks: int, stages: int, microbatches: int, stage_rank: tuple[int, ...],
+                   actions: Sequence[Sequence[Action]]) -> "ScheduleOrder":
+        order = cls(name, ranks, stages, microbatches, stage_rank, ActionColumns.of_actions(actions))
+        order.__dict__["actions"] = tuple(tuple(acts) for acts in actions)  # the cached property's value
+        return order
+
+    @cached_property
+    def actions(self) -> tuple[tuple[Action, ...], ...]:
+        """Per rank, as objects (made on first use: two million take seconds)."""
+        return tuple(self.columns.rank_actions(r) for r in range(self.ranks))
 
     @property
     def chunks(self) -> int:
@@ -54,7 +123,7 @@ class ScheduleOrder:
 
     @property
     def splits_backward(self) -> bool:
-        return any(a.kind is Kind.I for acts in self.actions for a in acts)
+        return bool((self.columns.kind == I_CODE).any())
 
     def stages_of(self, rank: int) -> list[int]:
         return [s for s, r in enumerate(self.stage_rank) if r == rank]
@@ -70,21 +139,32 @@ def _positive(value: int, what: str, span: Span | None) -> None:
 
 
 def gpipe(ranks: int, microbatches: int) -> ScheduleOrder:
-    acts = tuple(tuple([Action(r, Kind.F, i) for i in range(microbatches)]
-                       + [Action(r, Kind.B, i) for i in range(microbatches)]) for r in range(ranks))
-    return ScheduleOrder("gpipe", ranks, ranks, microbatches, loop_placement(ranks, 1), acts)
+    """All forwards, then all backwards."""
+    position = np.arange(2 * microbatches)
+    stage = np.repeat(np.arange(ranks)[:, None], 2 * microbatches, axis=1)
+    kind = np.broadcast_to(np.where(position < microbatches, F_CODE, B_CODE), stage.shape)
+    mb = np.broadcast_to(position % microbatches, stage.shape)
+    return ScheduleOrder("gpipe", ranks, ranks, microbatches, loop_placement(ranks, 1),
+                         ActionColumns.of_grid(stage, kind, mb))
 
 
 def one_f_one_b(ranks: int, microbatches: int) -> ScheduleOrder:
-    out = []
-    for r in range(ranks):
-        warmup = min(ranks - 1 - r, microbatches)
-        seq = [Action(r, Kind.F, i) for i in range(warmup)]
-        for i in range(microbatches - warmup):
-            seq += [Action(r, Kind.F, warmup + i), Action(r, Kind.B, i)]
-        seq += [Action(r, Kind.B, i) for i in range(microbatches - warmup, microbatches)]
-        out.append(tuple(seq))
-    return ScheduleOrder("1f1b", ranks, ranks, microbatches, loop_placement(ranks, 1), tuple(out))
+    """Rank r: w = min(p-1-r, m) warm-up forwards, then one forward and one backward in
+    turn, then the last w backwards. Position j of rank r's 2m actions is worked out for
+    every (r, j) at once:
+    j < w: forward j; w <= j < 2m - w: forward w + (j-w)/2 or backward (j-w)/2 by the
+    parity of j - w; j >= 2m - w: backward j - m."""
+    m = microbatches
+    warmup = np.minimum(ranks - 1 - np.arange(ranks), m)[:, None]
+    j = np.arange(2 * m)[None, :]
+    steady = j - warmup
+    in_warmup, in_cooldown = j < warmup, j >= 2 * m - warmup
+    is_forward = in_warmup | (~in_cooldown & (steady % 2 == 0))
+    mb = np.where(in_warmup, j, np.where(in_cooldown, j - m, np.where(is_forward, warmup + steady // 2, steady // 2)))
+    stage = np.broadcast_to(np.arange(ranks)[:, None], mb.shape)
+    kind = np.where(is_forward, F_CODE, B_CODE)
+    return ScheduleOrder("1f1b", ranks, ranks, microbatches, loop_placement(ranks, 1),
+                         ActionColumns.of_grid(stage, kind, mb))
 
 
 def interleaved(ranks: int, microbatches: int, chunks: int, span: Span | None = None) -> ScheduleOrder:
@@ -111,7 +191,7 @@ def interleaved(ranks: int, microbatches: int, chunks: int, span: Span | None = 
             seq += [pick(warmup + i, Kind.F, r), pick(i, Kind.B, r)]
         seq += [pick(k, Kind.B, r) for k in range(total - warmup, total)]
         out.append(tuple(seq))
-    return ScheduleOrder(f"interleaved(v={v})", p, p * v, microbatches, loop_placement(p, v), tuple(out))
+    return ScheduleOrder.of_actions(f"interleaved(v={v})", p, p * v, microbatches, loop_placement(p, v), out)
 
 
 def zb_h1(ranks: int, microbatches: int) -> ScheduleOrder:
@@ -137,7 +217,7 @@ def zb_h1(ranks: int, microbatches: int) -> ScheduleOrder:
                 w_next += 1
         seq += [Action(r, Kind.W, i) for i in range(w_next, m)]
         out.append(tuple(seq))
-    return ScheduleOrder("zb-h1", p, p, m, loop_placement(p, 1), tuple(out))
+    return ScheduleOrder.of_actions("zb-h1", p, p, m, loop_placement(p, 1), out)
 
 
 def build(kind: str, ranks: int, microbatches: int, chunks: int = 1, span: Span | None = None) -> ScheduleOrder:

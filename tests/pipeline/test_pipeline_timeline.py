@@ -4,7 +4,9 @@ and the timeline rules (each one broken on purpose)."""
 from __future__ import annotations
 
 import dataclasses
+import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,8 +14,9 @@ from hypothesis import strategies as st
 from collc.diagnostics import CollcError
 from collc.ir.pipeline import MemoryModel
 from collc.pipeline import bubbles, checks
+from collc.pipeline import timeline as timeline_mod
 from collc.pipeline.schedules import Action, Kind, ScheduleOrder, build, gpipe, interleaved, one_f_one_b, zb_h1
-from collc.pipeline.timeline import ScheduleDeadlock, StageCosts, Timeline, build_timeline
+from collc.pipeline.timeline import EventColumns, ScheduleDeadlock, StageCosts, Timeline, build_timeline
 
 costs = st.floats(min_value=0.1, max_value=10.0, allow_nan=False)
 
@@ -132,12 +135,17 @@ def timeline() -> Timeline:
     return build_timeline(order, StageCosts.uniform(order, 1.0, 2.0, transfer=0.5, gradient=1.0))
 
 
+def _with_events(tl: Timeline, compute) -> Timeline:
+    """`tl` running the event objects `compute` (per rank) instead of its own."""
+    return dataclasses.replace(tl, events=EventColumns.of_events(compute))
+
+
 def _replace_event(tl: Timeline, rank: int, index: int, **changes) -> Timeline:
     events = list(tl.compute[rank])
     events[index] = dataclasses.replace(events[index], **changes)
     compute = list(tl.compute)
     compute[rank] = tuple(events)
-    return dataclasses.replace(tl, compute=tuple(compute))
+    return _with_events(tl, compute)
 
 
 def test_a_built_timeline_passes_every_check(timeline):
@@ -154,7 +162,7 @@ def test_two_things_at_once_on_one_rank_fail(timeline):
 def test_running_out_of_the_schedule_order_fails(timeline):
     events = list(timeline.compute[2])
     events[0], events[1] = events[1], events[0]
-    bad = dataclasses.replace(timeline, compute=(timeline.compute[0], timeline.compute[1], tuple(events)))
+    bad = _with_events(timeline, (timeline.compute[0], timeline.compute[1], tuple(events)))
     with pytest.raises(checks.TimelineError, match="order"):
         checks.check_one_stream(bad)
 
@@ -175,7 +183,7 @@ def test_a_backward_before_the_next_stages_gradient_fails(timeline):
 
 
 def test_a_missing_or_repeated_micro_batch_fails(timeline):
-    dropped = dataclasses.replace(timeline, compute=(timeline.compute[0][:-1], *timeline.compute[1:]))
+    dropped = _with_events(timeline, (timeline.compute[0][:-1], *timeline.compute[1:]))
     with pytest.raises(checks.TimelineError, match="needs one backward"):
         checks.check_complete(dropped)
     first = timeline.compute[1][0]
@@ -186,8 +194,7 @@ def test_a_missing_or_repeated_micro_batch_fails(timeline):
 
 def test_an_action_on_the_wrong_rank_fails(timeline):
     e = timeline.compute[0][0]
-    moved = dataclasses.replace(timeline, compute=(timeline.compute[0][1:], (e, *timeline.compute[1]),
-                                                   timeline.compute[2]))
+    moved = _with_events(timeline, (timeline.compute[0][1:], (e, *timeline.compute[1]), timeline.compute[2]))
     with pytest.raises(checks.TimelineError, match="held by rank 0"):
         checks.check_complete(moved)
 
@@ -199,7 +206,7 @@ def test_events_past_the_step_end_fail(timeline):
 
 def test_an_order_that_waits_on_itself_deadlocks():
     acts = ((Action(0, Kind.B, 0), Action(0, Kind.F, 0)),)
-    order = ScheduleOrder("bad", 1, 1, 1, (0,), acts)
+    order = ScheduleOrder.of_actions("bad", 1, 1, 1, (0,), acts)
     with pytest.raises(ScheduleDeadlock, match="rank 0 at 0B0"):
         build_timeline(order, StageCosts.uniform(order, 1.0, 1.0))
 
@@ -209,3 +216,66 @@ def test_large_pipelines_build_quickly():
     order = interleaved(32, 256, 2)
     tl = build_timeline(order, StageCosts.uniform(order, 1.0, 2.0))
     assert tl.step_s == pytest.approx((2 * 256 + 31) * 3.0 / 2)
+
+
+# --- the two engines ---------------------------------------------------------------
+
+EVENT_FIELDS = ("start", "end", "input_stage", "input_kind", "input_microbatch", "input_ready", "input_produced")
+
+
+def _uneven_costs(order: ScheduleOrder, seed: int) -> StageCosts:
+    """Stages of unequal cost and transfers, some of them zero (ties between inputs)."""
+    rng = random.Random(seed)
+    s = order.stages
+
+    def draw(count: int, zero_share: float = 0.0) -> tuple[float, ...]:
+        return tuple(0.0 if rng.random() < zero_share else rng.choice([0.5, 1.0, rng.uniform(0.1, 3.0)])
+                     for _ in range(count))
+
+    forward, weight = draw(s), draw(s)
+    backward = tuple(f * 2 for f in forward)
+    return StageCosts(forward, backward, tuple(b - w for b, w in zip(backward, weight)), weight, draw(s - 1, 0.3),
+                      draw(s - 1, 0.3), draw(order.ranks, 0.5))
+
+
+@pytest.mark.parametrize("order", [one_f_one_b(5, 9), gpipe(4, 6), interleaved(3, 6, 3), zb_h1(6, 10),
+                                   one_f_one_b(1, 4), one_f_one_b(7, 2)], ids=lambda o: f"{o.name}-{o.ranks}")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_wavefront_gives_the_event_loops_timeline_bit_for_bit(order, seed):
+    costs = _uneven_costs(order, seed)
+    loop = build_timeline(order, costs, engine="loop")
+    wave = build_timeline(order, costs, engine="wavefront")
+    for field in EVENT_FIELDS:
+        assert np.array_equal(getattr(loop.events, field), getattr(wave.events, field)), field
+    assert (loop.step_s, loop.collectives) == (wave.step_s, wave.collectives)
+    assert loop.transfers == wave.transfers
+
+
+def test_orders_the_wavefront_cannot_run_get_the_event_loops_errors():
+    twice = ScheduleOrder.of_actions("twice", 1, 1, 2, (0,), ((Action(0, Kind.F, 0), Action(0, Kind.F, 0)),))
+    with pytest.raises(CollcError, match="runs 0F0 twice"):
+        build_timeline(twice, StageCosts.uniform(twice, 1.0, 1.0), engine="wavefront")
+    waits = ScheduleOrder.of_actions("bad", 1, 1, 1, (0,), ((Action(0, Kind.B, 0), Action(0, Kind.F, 0)),))
+    with pytest.raises(ScheduleDeadlock, match="rank 0 at 0B0"):
+        build_timeline(waits, StageCosts.uniform(waits, 1.0, 1.0), engine="wavefront")
+
+
+def test_wide_pipelines_run_by_wavefront():
+    order = one_f_one_b(128, 128)  # 32,768 actions in about 512 rounds
+    tl = build_timeline(order, StageCosts.uniform(order, 1.0, 2.0))
+    assert tl.step_s == pytest.approx((128 + 127) * 3.0)
+    assert timeline_mod.wide_enough(order) and not timeline_mod.wide_enough(one_f_one_b(8, 64))
+
+
+@pytest.mark.parametrize("order", [one_f_one_b(3, 4), interleaved(2, 4, 2), zb_h1(3, 5)], ids=lambda o: o.name)
+def test_the_trace_from_columns_is_the_trace_of_the_lanes(order, tmp_path):
+    from collc.pipeline import render
+
+    tl = build_timeline(order, _uneven_costs(order, 4))
+    mem = MemoryModel(16 * 2**30, (2**30,) * order.ranks, (2**29,) * order.ranks, (0,) * order.ranks,
+                      (2**28,) * order.ranks)
+    report = {"stages": [{"ranks": [r, r + 4], **bubbles.stage_report(tl, r, [r], mem)} for r in range(order.ranks)],
+              "gradient": {"collective": "allreduce"}}
+    render.write_trace(tmp_path / "lanes.json", render.lanes_from_prediction(tl, report), "a \u00e9 title")
+    render.write_prediction_trace(tmp_path / "columns.json", tl, report, "a \u00e9 title")
+    assert (tmp_path / "columns.json").read_bytes() == (tmp_path / "lanes.json").read_bytes()
