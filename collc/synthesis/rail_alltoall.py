@@ -169,6 +169,7 @@ class _Builder:
         ranks = groups.count * groups.size
         self.ops: list[Op] = []
         self.scratch = [0] * ranks
+        self.sent: dict[int, list[int]] = {}  # rail ops by sending relay, in the order sent
 
     def add(self, src: Loc, dst: Loc, count: int, deps: tuple[int, ...], step: int) -> int:
         route: tuple[str, ...] = ()
@@ -249,7 +250,13 @@ class _Builder:
                 first = base_in + far_rows.index(h) * g * c
                 landing = [Loc(inn, Buffer.SCRATCH, first + i) for i in range(g * c)]
             step = 3 * (first_row + row)
-            rail = self.add_runs(list(zip(gathered(row), landing)), tuple(gathers[row]), step + 1)
+            sent = self.sent.setdefault(out, [])
+            # Each rail op waits for the relay's rail op two before it: the NIC then sends
+            # in this order (it is busy with the one before), and cannot send a later
+            # round's row to a GPU whose own sender is a little late.
+            deps = tuple(gathers[row]) + ((sent[-2],) if len(sent) >= 2 else ())
+            rail = self.add_runs(list(zip(gathered(row), landing)), deps, step + 1)
+            sent.extend(rail)
             if target != inn:
                 self.add_runs([(src, Loc(target, Buffer.OUTPUT, groups.ranks[n][l] * c + x))
                                for (l, x), src in zip(row_slots, landing)], tuple(rail), step + 2)
