@@ -161,6 +161,14 @@ class _Routes:
         return found
 
 
+Slot = tuple[int, Buffer, int]  # rank, buffer, index
+Pair = tuple[Slot, Slot]
+
+
+def _loc(slot: Slot) -> Loc:
+    return tuple.__new__(Loc, slot)
+
+
 class _Builder:
     """The ops of the AllToAll, in an order whose dependencies point backwards."""
 
@@ -182,18 +190,24 @@ class _Builder:
         self.ops.append(Op.make(op_id, OpKind.COPY, src, dst, count, deps, step, route, None))
         return op_id
 
-    def add_runs(self, pairs: Sequence[tuple[Loc, Loc]], deps: tuple[int, ...], step: int) -> list[int]:
+    def add_runs(self, pairs: Sequence[Pair], deps: tuple[int, ...], step: int) -> list[int]:
         """One op per run of slot pairs whose source and destination both advance by one
-        slot within one buffer."""
-        out: list[tuple[Loc, Loc, int]] = []
+        slot within one buffer. Slots are plain tuples here (a million ops at 1,024 GPUs,
+        several slots each): a `Loc` is made only for an op's two ends."""
+        ids: list[int] = []
+        run: list | None = None  # [source, destination, count]
         for src, dst in pairs:
-            if out:
-                s0, d0, count = out[-1]
-                if src == s0.shifted(count) and dst == d0.shifted(count):
-                    out[-1] = (s0, d0, count + 1)
+            if run is not None:
+                (sr, sb, si), (dr, db, di), count = run
+                if (src[0] == sr and src[1] is sb and src[2] == si + count
+                        and dst[0] == dr and dst[1] is db and dst[2] == di + count):
+                    run[2] = count + 1
                     continue
-            out.append((src, dst, 1))
-        return [self.add(src, dst, count, deps, step) for src, dst, count in out]
+                ids.append(self.add(_loc(run[0]), _loc(run[1]), count, deps, step))
+            run = [src, dst, 1]
+        if run is not None:
+            ids.append(self.add(_loc(run[0]), _loc(run[1]), run[2], deps, step))
+        return ids
 
     def blocks(self, rank: int) -> list[int]:
         """The slots of the block for (or from) `rank`."""
@@ -233,22 +247,22 @@ class _Builder:
         base_in = self.take(inn, len(far_rows) * g * c)
         row_slots = [(l, x) for l in senders for x in range(c)]
 
-        def gathered(row: int) -> list[Loc]:
-            return [Loc(out, Buffer.SCRATCH, base_out + row * g * c + i) for i in range(g * c)]
+        def gathered(row: int) -> list[Slot]:
+            return [(out, Buffer.SCRATCH, base_out + row * g * c + i) for i in range(g * c)]
 
         gathers: list[list[int]] = []
         for row, h in enumerate(rows):
             target = groups.ranks[m][h]
-            pairs = [(Loc(groups.ranks[n][l], Buffer.INPUT, target * c + x), slot)
+            pairs = [((groups.ranks[n][l], Buffer.INPUT, target * c + x), slot)
                      for (l, x), slot in zip(row_slots, gathered(row))]
             gathers.append(self.add_runs(pairs, (), 3 * (first_row + row)))
         for row, h in enumerate(rows):
             target = groups.ranks[m][h]
             if target == inn:
-                landing = [Loc(inn, Buffer.OUTPUT, groups.ranks[n][l] * c + x) for l, x in row_slots]
+                landing: list[Slot] = [(inn, Buffer.OUTPUT, groups.ranks[n][l] * c + x) for l, x in row_slots]
             else:
                 first = base_in + far_rows.index(h) * g * c
-                landing = [Loc(inn, Buffer.SCRATCH, first + i) for i in range(g * c)]
+                landing = [(inn, Buffer.SCRATCH, first + i) for i in range(g * c)]
             step = 3 * (first_row + row)
             sent = self.sent.setdefault(out, [])
             # Each rail op waits for the relay's rail op two before it: the NIC then sends
@@ -258,7 +272,7 @@ class _Builder:
             rail = self.add_runs(list(zip(gathered(row), landing)), deps, step + 1)
             sent.extend(rail)
             if target != inn:
-                self.add_runs([(src, Loc(target, Buffer.OUTPUT, groups.ranks[n][l] * c + x))
+                self.add_runs([(src, (target, Buffer.OUTPUT, groups.ranks[n][l] * c + x))
                                for (l, x), src in zip(row_slots, landing)], tuple(rail), step + 2)
 
 
