@@ -22,7 +22,8 @@ from collc.synthesis.compose import synthesize_with_reductions
 from collc.synthesis.network import Network
 from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.progress import Progress
-from collc.synthesis.signals import MethodDoesNotFit
+from collc.synthesis.rail_alltoall import synthesize_rails, wanted as rails_wanted
+from collc.synthesis.signals import MethodDoesNotFit, NoRails
 from collc.synthesis.solver import Deadline
 from collc.verify import verify
 
@@ -46,7 +47,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: int,
         if collective.has_reduction:
             result = synthesize_with_reductions(topology, collective, size_bytes, options, deadline, progress)
         else:
-            result = synthesize_copies(Network(topology), collective, size_bytes, options, deadline, progress)
+            result = _copies(topology, collective, size_bytes, options, deadline, progress)
     except MethodDoesNotFit as signal:
         # Only a method the user named ends here (auto tries the next one): say why.
         raise SolverError(signal.message) from None
@@ -61,3 +62,17 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: int,
     # The same ops, collective and scratch as the schedule just verified: the synthesize
     # pass marks it verified on its compile unit, and nothing runs the check again.
     return replace(result, schedule=schedule, facts={**result.facts, **work})
+
+
+def _copies(topology: Topology, collective: Collective, size_bytes: int, options: SynthesisOptions,
+            deadline: Deadline, progress: Progress) -> Result:
+    """A collective without reductions: an AllToAll over the rails where the runtime's
+    peer limit is below the direct flow's peers (collc.synthesis.rail_alltoall), else
+    the methods of collc.synthesis.auto."""
+    rails = rails_wanted(topology, collective, options)
+    if rails is not None:
+        try:
+            return synthesize_rails(topology, collective, size_bytes, *rails, options, deadline, progress)
+        except NoRails:
+            pass  # a node or rail not joined directly: the flow below relays through GPUs
+    return synthesize_copies(Network(topology), collective, size_bytes, options, deadline, progress)

@@ -31,3 +31,8 @@ class NotOverNodes(MethodDoesNotFit):
 
 class NoRing(MethodDoesNotFit):
     """A rail whose GPUs cannot pass data around a ring without another GPU's help."""
+
+
+class NoRails(MethodDoesNotFit):
+    """Two GPUs an AllToAll over the rails joins (one node's, or one rail's) have no
+    route without a third GPU in between."""

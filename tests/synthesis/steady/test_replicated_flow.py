@@ -12,8 +12,10 @@ import topos
 
 from collc.analysis import bounds
 from collc.ir.collective import standard
+from collc.synthesis.auto import synthesize_copies
 from collc.synthesis.candidates import problem_for, realize
 from collc.synthesis.network import Network
+from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.plan import Status
 from collc.synthesis.problem import build_problem
 from collc.synthesis.progress import Progress
@@ -125,17 +127,22 @@ def test_each_round_of_the_staggered_order_is_a_permutation():
 
 
 def _alltoall_peers(nodes: int, max_peers: int, peer_limit: int | None):
+    """The flow's most peers per GPU and time over the bound. Synthesized by the copy
+    methods themselves (collc.synthesis.auto): where the runtime's limit binds on these
+    nodes, the entry point sends an AllToAll over the rails instead
+    (tests/synthesis/test_rail_alltoall.py), and the flow is what remains elsewhere."""
     from collc import frontend
-    from collc.driver import CompileJob, produce_schedule
 
     topo = frontend.resolve_topology(f"dgx_h100(nodes={nodes})", None)
     coll = frontend.resolve_collective("alltoall", topo.num_ranks, None)
-    unit, solver = produce_schedule(CompileJob(topo, coll, 1 << 30), None, max_peers, peer_limit)
+    options = SynthesisOptions(progress=False, max_peers=max_peers, peer_limit=peer_limit or 0)
+    result = synthesize_copies(Network(topo), coll, 1 << 30, options, Deadline(600), Progress(False))
+    verify(result.schedule, topo)
     peers: dict[int, set[int]] = {}
-    for op in unit.schedule.ops:
+    for op in result.schedule.ops:
         if op.src.rank != op.dst.rank:
             peers.setdefault(op.src.rank, set()).add(op.dst.rank)
-    ratio = solver["estimate_s"] / bounds.lower_bounds(topo, coll, 1 << 30).best_s
+    ratio = result.estimate_s / bounds.lower_bounds(topo, coll, 1 << 30).best_s
     return max(len(p) for p in peers.values()), ratio
 
 
