@@ -18,7 +18,10 @@ node instead, and piece l is handled by the GPUs of rail l:
 
 Steps 1 and 3 run in batches of consecutive slots: the rails start as soon as a node
 has reduced the blocks its GPUs need first, and the nodes gather each batch as soon as
-the rails have finished it. The list scheduler (collc.synthesis.timing) overlaps the
+the rails have finished it. Each node cuts its own batches from when its rails, run
+alone, first need each place and finish it (`rail_times`): narrow where the rails
+need places at once (the pipeline's fill) or finish them last (its drain), wide in
+between, where the node is ahead of the rails. The list scheduler (collc.synthesis.timing) overlaps the
 three on the whole cluster's links. Every transfer of steps 1 and 3 moves a whole
 batch range (`count` slots): on 32 nodes a GPU has about 1,900 MSCCL XML steps on 57
 threadblocks, 860 of them moving whole ranges. What crosses the rails (the
