@@ -135,7 +135,9 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     # for an AllReduce, whose MSCCL XML already runs out of threadblocks on dgx2
     # (1.232 instead of 1.054 with them), nor for a node's part of a composition over
     # nodes, whose ops the batches pay for.
-    land = kind is CollectiveKind.REDUCESCATTER and whole
+    # At one chunk per rank a backend that refuses the landings' extra steps has no
+    # fewer chunks to ask for (collc.driver), so there the sums stay chained.
+    land = kind is CollectiveKind.REDUCESCATTER and whole and chunks > 1
     ops, scratch, last_write = reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops), land)
     plans = [up.plan]
     if kind is CollectiveKind.ALLREDUCE:
