@@ -18,7 +18,10 @@ node instead, and piece l is handled by the GPUs of rail l:
 
 Steps 1 and 3 run in batches of consecutive slots: the rails start as soon as a node
 has reduced the blocks its GPUs need first, and the nodes gather each batch as soon as
-the rails have finished it. The list scheduler (collc.synthesis.timing) overlaps the
+the rails have finished it. Each node cuts its own batches from when its rails, run
+alone, first need each place and finish it (`rail_times`): narrow where the rails
+need places at once (the pipeline's fill) or finish them last (its drain), wide in
+between, where the node is ahead of the rails. The list scheduler (collc.synthesis.timing) overlaps the
 three on the whole cluster's links. Every transfer of steps 1 and 3 moves a whole
 batch range (`count` slots): on 32 nodes a GPU has about 1,900 MSCCL XML steps on 57
 threadblocks, 860 of them moving whole ranges. What crosses the rails (the
@@ -53,7 +56,7 @@ from collc.synthesis.rail_ring import METHOD as RING_METHOD, ring_allreduce
 from collc.synthesis.signals import MethodDoesNotFit, NoRing, NotOverNodes
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
-from collc.synthesis.timing import sequence
+from collc.synthesis.timing import replay_times, sequence
 
 
 # Slots per piece the rails aim for. Finer slots shorten the pipeline's fill and let a
@@ -201,7 +204,7 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
     # transfers (2 (N - 1) per slot).
     budget = options.max_ops // (2 * g * 2 * n_nodes * max(1, n_nodes - 1))
     rail_chunks = options.chunks or max(1, min(budget, -(-RAIL_SLOTS // n_nodes)))
-    rails = _rail_rings(topology, groups, rail_chunks, progress)
+    rails, rail_topologies = _rail_rings(topology, groups, rail_chunks, progress)
     slots = n_nodes * rail_chunks  # a piece's slots; piece l is slots [l * slots, (l + 1) * slots)
     rail_ops = sum(op.is_transfer for r in rails for op in r.ops)
 
@@ -214,15 +217,24 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
     if any(r.schedule.collective.chunks != 1 for r in node_results):
         raise CollcError(f"cannot compose '{collective.name}' over nodes: a node's schedule split its chunks")
     per_batch = max(len(p.rs.ops) + len(p.ag.ops) for p in parts)
-    cuts = batch_cuts(slots, rail_ops // (n_nodes * g), per_batch // g,
-                      (options.max_ops - rail_ops) // max(1, n_nodes * per_batch))
+    count = batch_count(slots, rail_ops // (n_nodes * g), per_batch // g,
+                        (options.max_ops - rail_ops) // max(1, n_nodes * per_batch))
     fine = replace(standard(CollectiveKind.ALLREDUCE, ranks, rail_chunks), name=collective.name)
-    builder = _Builder(ranks)
     rail_places = [places(r.ops, slots) for r in rails]
-    order = batch_order(groups, rails, rail_places, cuts)
-    done = builder.reductions(groups, parts, cuts, slots, order)
-    final = builder.rails(groups, rails, cuts, slots, done, rail_places)
-    builder.gathers(groups, parts, cuts, slots, final)
+    times = [rail_times(r, Network(sub), fine.slot_bytes(size_bytes), slots)
+             for r, sub in zip(rails, rail_topologies)]
+    # What a node takes to reduce (gather) one place of every piece.
+    reduce_place_s = max(r.estimate_s for r in node_results[0::2]) / slots
+    gather_place_s = max(r.estimate_s for r in node_results[1::2]) / slots
+    reduce_batches, gather_batches = [], []
+    for n in range(n_nodes):
+        need, final = node_times(n, times, rail_places)
+        reduce_batches.append(batches_by_need(need, reduce_place_s, count))
+        gather_batches.append(batches_by_finish(final, gather_place_s, count))
+    builder = _Builder(ranks)
+    done = builder.reductions(groups, parts, reduce_batches, slots)
+    final_ops = builder.rails(groups, rails, reduce_batches, slots, done, rail_places)
+    builder.gathers(groups, parts, gather_batches, slots, final_ops)
     progress.stage(f"allreduce over nodes: list-scheduling {len(builder.ops):,} ops")
     timeline = sequence(builder.ops, Network(topology), fine.slot_bytes(size_bytes), options.timing)
     # The rings are a heuristic: the whole is at best feasible, never proven optimal.
@@ -230,7 +242,8 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
     method = f"{node_results[0].method}+{RING_METHOD}"
     facts = {"composed_from": "allgather",
              "over_nodes": {"nodes": n_nodes, "gpus_per_node": g, "rail": RING_METHOD, "rail_chunks": rail_chunks,
-                            "batches": len(cuts) - 1, "rail_ops": builder.rail_ops,
+                            "batches": max(map(len, reduce_batches)),
+                            "gather_batches": max(map(len, gather_batches)), "rail_ops": builder.rail_ops,
                             "node_ops": len(builder.ops) - builder.rail_ops}}
     scratch = builder.scratch
     sched = Schedule(name=f"{collective.name}-over-nodes", collective=fine, topology=topology.name,
@@ -242,32 +255,144 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
                   facts)
 
 
-def _rail_rings(topology: Topology, groups: NodeGroups, chunks: int, progress: Progress) -> list[Schedule]:
-    """A ring AllReduce on each rail's sub-topology, `chunks` slots per block."""
+def _rail_rings(topology: Topology, groups: NodeGroups, chunks: int, progress: Progress
+                ) -> tuple[list[Schedule], list[Topology]]:
+    """A ring AllReduce on each rail's sub-topology, `chunks` slots per block, and the
+    sub-topologies."""
     rails: list[Schedule] = []
+    subs: list[Topology] = []
     for l in range(groups.size):
         progress.stage(f"allreduce over nodes: rail {l + 1} of {groups.size} ({groups.count} GPUs)")
+        subs.append(sub_topology(topology, groups.rail(l), f"rail {l}"))
         try:
-            rails.append(ring_allreduce(sub_topology(topology, groups.rail(l), f"rail {l}"), chunks))
+            rails.append(ring_allreduce(subs[-1], chunks))
         except NoRing as exc:
             raise NotOverNodes(str(exc)) from None
-    return rails
+    return rails, subs
 
 
-def batch_cuts(slots: int, rail_ops_per_gpu: int, node_ops_per_gpu_batch: int, budget_batches: int) -> list[int]:
-    """Place boundaries of the batches a piece is reduced and gathered in. More batches
-    shorten the pipeline's fill (the first batch's reduction, the last one's gathering)
-    but add node-level ops to every GPU: about as many batches as keep a GPU's node ops
-    within its rail ops (and the op budget), of equal widths (give or take a place).
-    Batches that grow from one place at the start and shrink to one at the end were no
-    better on dgx_h100(nodes=16), with flat compositions on the rails (1.078 and 1.085
-    of the bound against 1.064): the rails finished their last places together."""
-    k = max(1, min(slots, budget_batches, rail_ops_per_gpu // max(1, node_ops_per_gpu_batch)))
-    base, extra = divmod(slots, k)
-    cuts = [0]
-    for b in range(k):
-        cuts.append(cuts[-1] + base + (1 if b < extra else 0))
-    return cuts
+def batch_count(slots: int, rail_ops_per_gpu: int, node_ops_per_gpu_batch: int, budget_batches: int) -> int:
+    """How many batches a node reduces (and gathers) a piece in: about as many as keep a
+    GPU's node-level ops within its rail ops, and within the op budget; one at least."""
+    return max(1, min(slots, budget_batches, rail_ops_per_gpu // max(1, node_ops_per_gpu_batch)))
+
+
+@dataclass(frozen=True)
+class RailTimes:
+    """A rail schedule run alone (collc.synthesis.timing.replay_times), every node-level
+    sum ready from the start: need[rank][slot], when the rank first needs its own value
+    of the slot (see `needs`); final[rank][slot], when the slot's result is complete
+    there; slot_s, the time a rank's transfers take each on average (the pace at which
+    the rail uses slots)."""
+
+    need: list[list[float]]
+    final: list[list[float]]
+    slot_s: float
+
+
+def rail_times(rail: Schedule, network: Network, slot_bytes: float, slots: int) -> RailTimes:
+    start, finish = replay_times(rail.ops, network, slot_bytes)
+    ranks = rail.collective.ranks
+    end = max(finish, default=0.0)
+    need = [[end] * slots for _ in range(ranks)]  # a slot the rail never uses: needed last
+    for i, rank, slot in needs(rail.ops):
+        need[rank][slot] = min(need[rank][slot], start[i])
+    final = [[0.0] * slots for _ in range(ranks)]
+    transfers = 0
+    for i, op in enumerate(rail.ops):
+        transfers += op.is_transfer
+        if op.dst.buffer is Buffer.OUTPUT:
+            final[op.dst.rank][op.dst.index] = max(final[op.dst.rank][op.dst.index], finish[i])
+    return RailTimes(need, final, end * ranks / max(1, transfers))
+
+
+def node_times(node: int, times: list[RailTimes], rail_places: list[list[int]]
+               ) -> tuple[list[float], list[float]]:
+    """By place of a piece: when node `node` first needs its sum on any of its rails,
+    and when the last of its rails has finished it (the node is rank `node` of every
+    rail)."""
+    slots = len(rail_places[0])
+    need, final = [float("inf")] * slots, [0.0] * slots
+    for t, place in zip(times, rail_places):
+        for slot, p in enumerate(place):
+            need[p] = min(need[p], t.need[node][slot])
+            final[p] = max(final[p], t.final[node][slot])
+    return need, final
+
+
+def cut_by_key(key: Sequence[float], per_place: float, lag: float, widest: int,
+               order: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """Ranges [lo, hi) of places, in the order the node makes them: each starts from the
+    most urgent place left (least key) and grows, one neighbour at a time (the more
+    urgent one), to at most `widest` places, while the node, making them one after
+    another at `per_place` seconds a place, still finishes the range within `lag` of
+    its first place's key. A place needed at once comes alone, so the rails start
+    after a node has made one place, not a whole batch; once the node is ahead of the
+    rails the ranges widen. `order`: the places by key, where the caller has them."""
+    size = len(key)
+    origin = min(key, default=0.0)
+    taken = [False] * size
+    out: list[tuple[int, int]] = []
+    made = 0.0  # when the node has made the ranges so far, from the origin
+    for s in order if order is not None else sorted(range(size), key=lambda p: (key[p], p)):
+        if taken[s]:
+            continue
+        room = key[s] - origin + lag - made
+        width = min(widest, max(1, int(room / per_place))) if per_place > 0 else widest
+        taken[s] = True
+        lo, hi = s, s + 1
+        while hi - lo < width:
+            below = lo - 1 if lo > 0 and not taken[lo - 1] else -1
+            above = hi if hi < size and not taken[hi] else -1
+            if below < 0 and above < 0:
+                break
+            p = above if below < 0 or (above >= 0 and (key[above], above) < (key[below], below)) else below
+            taken[p] = True
+            lo, hi = min(lo, p), max(hi, p + 1)
+        out.append((lo, hi))
+        made += (hi - lo) * per_place
+    return out
+
+
+def batches_for(key: Sequence[float], per_place: float, count: int) -> list[tuple[int, int]]:
+    """`cut_by_key` within `count` ranges, its lag and widest range chosen for the least
+    lag + widest x per_place: the lag delays the rails, and a wide range's transfer
+    holds a node's links that long (a gathering one, started, keeps the next batch's
+    reductions waiting). Widths from the even split's to twice it are tried, each with
+    the least lag (to a hundredth of a place's time) that keeps within `count`."""
+    size = len(key)
+    order = sorted(range(size), key=lambda p: (key[p], p))
+    even = -(-size // max(1, count))
+    span = max(key, default=0.0) - min(key, default=0.0) + per_place * size
+    best: tuple[float, float, int] | None = None
+    for widest in range(even, min(size, 2 * even) + 1):
+        lo, hi = 0.0, max(span, per_place)
+        if len(cut_by_key(key, per_place, hi, widest, order)) > count:
+            continue
+        while hi - lo > per_place / 100:
+            mid = (lo + hi) / 2
+            if len(cut_by_key(key, per_place, mid, widest, order)) <= count:
+                hi = mid
+            else:
+                lo = mid
+        cost = hi + widest * per_place
+        if best is None or cost < best[0]:
+            best = (cost, hi, widest)
+    if best is None:  # no range wider than twice the even split fits: the even split
+        return cut_by_key(key, per_place, span, even, order)
+    return cut_by_key(key, per_place, best[1], best[2], order)
+
+
+def batches_by_need(need: Sequence[float], per_place: float, count: int) -> list[tuple[int, int]]:
+    """A node's reduction batches, in the order the rails first need them."""
+    return batches_for(need, per_place, count)
+
+
+def batches_by_finish(final: Sequence[float], per_place: float, count: int) -> list[tuple[int, int]]:
+    """A node's gathering batches, in the order the rails finish them: cut backwards in
+    time from the end, so the batch the rails finish last is narrow and the pipeline's
+    drain short."""
+    return batches_for([-t for t in final], per_place, count)[::-1]
 
 
 @dataclass
@@ -334,25 +459,6 @@ def places(ops: Sequence[Op], slots: int) -> list[int]:
     return place
 
 
-def batch_order(groups: NodeGroups, rails: list[Schedule], rail_places: list[list[int]], cuts: list[int]
-                ) -> list[list[int]]:
-    """For each node, its batches in the order its GPUs' rails first need them. A GPU's
-    own first transfers can be of slots in different batches (a ring's GPU m starts
-    with block m; the flat composition's GPUs each start on a slot of their own), and a
-    node that reduced its batches in place order would leave its rail links idle."""
-    n_batches = len(cuts) - 1
-    batch_of = [0] * cuts[-1]
-    for b in range(n_batches):
-        for p in range(cuts[b], cuts[b + 1]):
-            batch_of[p] = b
-    first = [[len(rails[0].ops)] * n_batches for _ in range(groups.count)]
-    for rail, place in zip(rails, rail_places):
-        for i, rank, slot in needs(rail.ops):
-            row, b = first[rank], batch_of[place[slot]]
-            row[b] = min(row[b], i)
-    return [sorted(range(n_batches), key=lambda b: (row[b], b)) for row in first]
-
-
 class _Builder:
     """The cluster's ops, phase by phase, in an order their dependencies respect."""
 
@@ -381,18 +487,18 @@ class _Builder:
                 self._scratch[full] += sub_scratch[r] * width
         return base
 
-    def reductions(self, groups: NodeGroups, parts: list[_NodePart], cuts: list[int], slots: int,
-                   order: list[list[int]]) -> list[list[list[int]]]:
-        """Step 1, node n's batches in priority `order[n]`. Returns done[n][l][b]: the op
-        that completes batch b of piece l at node n's GPU l."""
+    def reductions(self, groups: NodeGroups, parts: list[_NodePart], batches: list[list[tuple[int, int]]],
+                   slots: int) -> list[list[list[int]]]:
+        """Step 1, node n's batches (ranges of places) in the priority order of
+        `batches[n]`. Returns done[n][l][b]: the op that completes batch b of piece l at
+        node n's GPU l."""
         done: list[list[list[int]]] = []
         for n, part in enumerate(parts):
             rs, rank_of = part.rs, groups.ranks[n]
             horizon = 1 + max((op.step for op in rs.ops), default=0)
-            node_done = [[-1] * (len(cuts) - 1) for _ in rank_of]
-            rank = {b: k for k, b in enumerate(order[n])}
-            for b in range(len(cuts) - 1):
-                lo, width = cuts[b], cuts[b + 1] - cuts[b]
+            node_done = [[-1] * len(batches[n]) for _ in rank_of]
+            for b, (lo, hi) in enumerate(batches[n]):
+                width = hi - lo
                 base = self._scratch_base(rs.scratch, rank_of, width)
 
                 def loc(x: Loc) -> Loc:
@@ -406,22 +512,23 @@ class _Builder:
                 new: dict[int, int] = {}
                 for op in rs.ops:
                     i = self._add(op.kind, loc(op.src), loc(op.dst), op.count * width, {new[d] for d in op.deps},
-                                  rank[b] * horizon + op.step, tuple(map(rs.rename, op.route)))
+                                  b * horizon + op.step, tuple(map(rs.rename, op.route)))
                     new[op.id] = i
-                    self._reductions_end = max(self._reductions_end, rank[b] * horizon + op.step + 1)
+                    self._reductions_end = max(self._reductions_end, b * horizon + op.step + 1)
                     if op.dst.buffer is Buffer.OUTPUT:
                         node_done[op.dst.rank][b] = i
             done.append(node_done)
         return done
 
-    def rails(self, groups: NodeGroups, rails: list[Schedule], cuts: list[int], slots: int,
+    def rails(self, groups: NodeGroups, rails: list[Schedule], batches: list[list[tuple[int, int]]], slots: int,
               done: list[list[list[int]]], rail_places: list[list[int]]) -> list[list[list[int]]]:
         """Step 2, each rail's ops with their own priorities. Returns final[l][n][p]: the
         op after which node n's GPU l holds place p of piece l reduced over the cluster."""
-        batch_of = [0] * slots
-        for b in range(len(cuts) - 1):
-            for p in range(cuts[b], cuts[b + 1]):
-                batch_of[p] = b
+        batch_of = [[0] * slots for _ in batches]  # [node][place]
+        for n, node_batches in enumerate(batches):
+            for b, (lo, hi) in enumerate(node_batches):
+                for p in range(lo, hi):
+                    batch_of[n][p] = b
         final: list[list[list[int]]] = []
         for l, rail in enumerate(rails):
             rank_of = groups.rail(l)
@@ -430,7 +537,7 @@ class _Builder:
             offset = l * slots
 
             def ready(x: Loc) -> int:
-                return done[x.rank][l][batch_of[place[x.index]]]
+                return done[x.rank][l][batch_of[x.rank][place[x.index]]]
 
             def loc(x: Loc) -> Loc:
                 full = rank_of[x.rank]
@@ -458,12 +565,12 @@ class _Builder:
             for m in range(len(rank_of)):
                 for p in range(slots):
                     if last[m][p] < 0:
-                        last[m][p] = done[m][l][batch_of[p]]
+                        last[m][p] = done[m][l][batch_of[m][p]]
             final.append(last)
         return final
 
-    def gathers(self, groups: NodeGroups, parts: list[_NodePart], cuts: list[int], slots: int,
-                final: list[list[list[int]]]) -> None:
+    def gathers(self, groups: NodeGroups, parts: list[_NodePart], batches: list[list[tuple[int, int]]],
+                slots: int, final: list[list[list[int]]]) -> None:
         """Step 3. Its ops come after every reduction in priority: where a node's links
         have both to do, the reductions feed the rails (on dgx_h100(nodes=32), gathering
         first delayed them until the rails idled: 1.154 of the bound against ...)."""
@@ -471,8 +578,7 @@ class _Builder:
         for n, part in enumerate(parts):
             ag, rank_of = part.ag, groups.ranks[n]
             horizon = 1 + max((op.step for op in ag.ops), default=0)
-            for b in range(len(cuts) - 1):
-                lo, hi = cuts[b], cuts[b + 1]
+            for b, (lo, hi) in enumerate(batches[n]):
                 width = hi - lo
                 base = self._scratch_base(ag.scratch, rank_of, width)
 

@@ -73,16 +73,25 @@ def op_costs(ops: Sequence[Op], network: Network, slot_bytes: float,
 def replay(ops: Sequence[Op], network: Network, slot_bytes: float,
            model: TimingModel = DEFAULT_MODEL) -> float:
     """Completion time of a schedule whose steps are final (strict per-link order)."""
+    _, finish = replay_times(ops, network, slot_bytes, model)
+    return max(finish, default=0.0)
+
+
+def replay_times(ops: Sequence[Op], network: Network, slot_bytes: float,
+                 model: TimingModel = DEFAULT_MODEL) -> tuple[list[float], list[float]]:
+    """When each op (by list position) starts and finishes in the strict per-link replay
+    of `replay`."""
     costs = op_costs(ops, network, slot_bytes, model)
     order = sorted(range(len(ops)), key=lambda i: (ops[i].step, i))
-    finish: dict[int, float] = {}
+    pos = {op.id: i for i, op in enumerate(ops)}
+    start = [0.0] * len(ops)
+    finish = [0.0] * len(ops)
     link_free = [0.0] * len(network.links)
-    end = 0.0
     for i in order:
         op, c = ops[i], costs[i]
         t = 0.0
         for d in op.deps:
-            f = finish[d]
+            f = finish[pos[d]]
             if f > t:
                 t = f
         for l in c.links:
@@ -90,11 +99,9 @@ def replay(ops: Sequence[Op], network: Network, slot_bytes: float,
                 t = link_free[l]
         for l, hold in zip(c.links, c.holds):
             link_free[l] = t + hold
-        f = t + c.duration
-        finish[op.id] = f
-        if f > end:
-            end = f
-    return end
+        start[i] = t
+        finish[i] = t + c.duration
+    return start, finish
 
 
 class Timeline:
