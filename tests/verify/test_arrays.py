@@ -71,19 +71,26 @@ def _mutations(sched, rng: random.Random, count: int):
         yield replace(sched, ops=ops[:i] + (new,) + ops[i + 1:])
 
 
+def _both_verdicts(schedule, topo) -> tuple[bool, bool]:
+    """(the array form accepts, the op-by-op verifier accepts), the first never without
+    the second."""
+    try:
+        verify_op_by_op(schedule, topo)
+        ok = True
+    except ScheduleError:
+        ok = False
+    fast = verify_on_arrays(schedule, topo)
+    assert not fast or ok, "the array form accepted a schedule the verifier rejects"
+    return fast, ok
+
+
 @pytest.mark.parametrize("collective,seed", [("allreduce", 1), ("allgather", 2), ("reducescatter", 3)])
 def test_the_array_form_never_accepts_what_the_verifier_rejects(collective, seed):
     topo, sched = _ring(collective, 5)
     rng = random.Random(seed)
     accepted = rejected = 0
     for wrong in _mutations(sched, rng, 150):
-        try:
-            verify_op_by_op(wrong, topo)
-            ok = True
-        except ScheduleError:
-            ok = False
-        fast = verify_on_arrays(wrong, topo)
-        assert not fast or ok, "the array form accepted a schedule the verifier rejects"
+        fast, ok = _both_verdicts(wrong, topo)
         accepted += fast
         rejected += not ok
     assert rejected > 50 and accepted > 0  # the mutations do both
@@ -187,13 +194,7 @@ def test_the_array_form_never_accepts_a_routed_schedule_the_verifier_rejects(see
             i = rng.randrange(len(wrong.ops))
             hops = tuple(rng.choice(names) for _ in range(rng.randrange(1, 4)))
             wrong = replace(wrong, ops=wrong.ops[:i] + (replace(wrong.ops[i], route=hops),) + wrong.ops[i + 1:])
-        try:
-            verify_op_by_op(wrong, topo)
-            ok = True
-        except ScheduleError:
-            ok = False
-        fast = verify_on_arrays(wrong, topo)
-        assert not fast or ok, "the array form accepted a schedule the verifier rejects"
+        fast, ok = _both_verdicts(wrong, topo)
         accepted += fast
         rejected += not ok
     assert rejected > 30 and accepted > 0
