@@ -4,6 +4,7 @@ either way. `read_nccl_log`: the same calls as records."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Iterator
 
 from ..columns import CallColumns, from_columns
@@ -18,8 +19,9 @@ def read_nccl_log_columns(source: TraceSource, summary: SourceSummary, context: 
     state = State(source.name, summary, context)
     split = read_split(source, state)
     if split is not None:
-        for _ in split:
-            pass
+        # The split read merges one piece into `state` per step it is advanced: run it
+        # to the end (it yields nothing of its own).
+        deque(split, maxlen=0)
     else:
         with source.open() as f:
             read_stream(f, state)
