@@ -17,7 +17,10 @@ import re
 import sys
 import time
 from array import array
-from itertools import repeat
+from itertools import compress, repeat
+from operator import itemgetter
+
+import numpy as np
 
 from ...diagnostics import CollcError, Span
 from ...limits import int_limit
@@ -38,18 +41,18 @@ DATATYPES: dict[int, tuple[str, int]] = {
 # and a line that does not match fails at once instead of retrying each shorter word.
 # Python 3.10 has no possessive repeats: there the pattern without them matches exactly
 # the same text, only slower.
-_LINE_PATTERN = (
-    rb"NCCL INFO "
-    # What each alternative below needs to start with, tested once: most "NCCL INFO" lines
-    # are none of them, and fail here after one look at their first word instead of four.
-    rb"(?=[A-Za-z]*+: (?:opCount|\d)|\d|(?:\w++ )?comm )"
-    rb"(?:"
-    # COLL: <Op>: opCount <hex> sendbuff <p> recvbuff <p> [acc <p>] count <n> datatype <d>
-    #       op <o> root <r> comm <p> [nranks=<n>] stream <p> [task <t> globalrank <g>]
+# What each alternative of LINE needs to start with, tested once: most "NCCL INFO" lines
+# are none of them, and fail here after one look at their first word instead of four.
+_LOOKAHEAD = rb"(?=[A-Za-z]*+: (?:opCount|\d)|\d|(?:\w++ )?comm )"
+# COLL: <Op>: opCount <hex> sendbuff <p> recvbuff <p> [acc <p>] count <n> datatype <d>
+#       op <o> root <r> comm <p> [nranks=<n>] stream <p> [task <t> globalrank <g>]
+_COLL_PATTERN = (
     rb"(?P<op>[A-Za-z]++): opCount (?P<opcount>[0-9a-fA-Fx]++) sendbuff \S++ recvbuff \S++"
     rb"(?: acc \S++)? (?P<shape>count (?P<count>\d++) datatype (?P<dtype>\d++) op (?P<redop>\d++)"
     rb" root (?P<root>-?\d++) comm (?P<comm>\S++)(?: \[nranks=(?P<nranks>\d++)\])?)"
-    rb"(?: stream (?P<stream>\S++))?(?: task (?P<task>\d++) globalrank (?P<grank>\d++))?"
+    rb"(?: stream (?P<stream>\S++))?(?: task (?P<task>\d++) globalrank (?P<grank>\d++))?")
+_LINE_PATTERN = (
+    rb"NCCL INFO " + _LOOKAHEAD + rb"(?:" + _COLL_PATTERN +
     # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
     rb"|(?P<tuning>(?:(?P<top>[A-Za-z]++): )?(?P<tbytes>\d++) Bytes -> Algo (?P<algo>\w++) proto (?P<proto>\w++))"
     # INIT: ... comm 0x.. rank R nranks N ... [busId B] ... [commId 0x..]
@@ -62,9 +65,31 @@ _LINE_PATTERN = (
     # search then goes on from where the record ended and finds the next one.
     rb"|(?P<bad>[A-Za-z]++: opCount)"
     rb")")
+# One match per line, for the bulk scan (`scan`): a line that is one intact COLL record
+# after its prefix (the first `NCCL INFO ` of the line starts it, and it ends the line)
+# gives (prefix, op, opCount, shape, globalrank, b""), read by the same sub-pattern as
+# LINE's; a line where LINE could match anything else (an INIT or TUNING line, a
+# malformed or merged record: a `NCCL INFO ` followed by what LINE's alternatives start
+# with) gives its `NCCL INFO ` as the last field, and is read by LINE; any other line
+# gives empty fields. `findall` then returns a tuple per line: the line numbers are the
+# indices, and no match object is made.
+_BEFORE_FIRST_INFO = rb"(?:[^N\n]++|N(?!CCL INFO ))*+"       # a line's text up to its first `NCCL INFO `
+
+
+def _plain_groups(pattern: bytes, kept: tuple[bytes, ...]) -> bytes:
+    """`pattern` with its named groups in `kept` made plain groups, the others non-capturing."""
+    return re.sub(rb"\(\?P<(\w+)>", lambda m: b"(" if m.group(1) in kept else b"(?:", pattern)
+
+
+_WHOLE_LINE_PATTERN = (
+    rb"(?:(" + _BEFORE_FIRST_INFO + rb")NCCL INFO "
+    + _plain_groups(_COLL_PATTERN, (b"op", b"opcount", b"shape", b"grank")) + rb"$"
+    + rb"|(?:[^N\n]++|N(?!CCL INFO " + _LOOKAHEAD + rb"))*+(NCCL INFO " + _LOOKAHEAD + rb")?[^\n]*+)\n?")
 if sys.version_info < (3, 11):
     _LINE_PATTERN = _LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
+    _WHOLE_LINE_PATTERN = _WHOLE_LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
 LINE = re.compile(_LINE_PATTERN)
+WHOLE_LINE = re.compile(_WHOLE_LINE_PATTERN, re.MULTILINE)
 # Group numbers of LINE, for reading a match's groups() tuple without name lookups.
 _G = {name: index - 1 for name, index in LINE.groupindex.items()}
 _OP, _OPCOUNT, _SHAPE, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
@@ -115,6 +140,7 @@ class State:
         self.seqs: dict[bytes, int] = {}          # opCount text -> its value
         self.process_local_comms = 0
         self.lines = 0                            # lines before the piece being scanned
+        self.unclaimed_pieces = 0                 # pieces still to read by LINE alone (see scan)
         # What the scan would tell `context`, in order, when it must not tell it itself.
         self.ops: list[tuple] | None = [] if record_ops else None
 
@@ -240,18 +266,170 @@ class Events:
 def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
     """The events of `data[begin:end]` (whole lines), in file order.
 
-    The hot path of the reader, one pass per line of interest, written for speed: the
-    regex's groups are read by index from locals, the line number is counted only for
-    lines that need one (COLL lines and malformed ones), everything that depends only on
-    the line's prefix, comm and shape comes from a cache (`state.shapes`), and the
-    thread of a TUNING line from a cache keyed by its prefix. What to make of the events
-    (records, and which TUNING line completes which call) is `replay`'s.
+    The hot path of the reader. One `findall` of `WHOLE_LINE` gives a tuple per line,
+    without a match object: a line that is one intact COLL record is read in bulk with
+    the others like it (`_claimed`: a map over the tuples per field, the shape of each
+    (prefix, op, shape, globalrank) from a cache (`state.shapes`), the opCounts
+    converted by one `map`); every other line where LINE could match anything (INIT,
+    TUNING, malformed or merged records) is read one match at a time (`_scan_range`),
+    between the claimed lines before and after it, so that the events stay in file
+    order. A piece with many such lines (a log with TUNING lines) is read by
+    `_scan_range` whole, as the bulk read would stop at every other line.
+    What to make of the events (records, and which TUNING line completes which call)
+    is `replay`'s.
     """
     events = Events(state.shape_list, state.thread_list, state.tuning_list)
+    first_line = state.lines + 1
+    if state.unclaimed_pieces > 0:
+        state.unclaimed_pieces -= 1
+        _scan_range(data, begin, end, end, first_line, state, events)
+    else:
+        rows = WHOLE_LINE.findall(data, begin, end)
+        unclaimed = list(compress(range(len(rows)), map(itemgetter(_UNCLAIMED), rows)))
+        if len(unclaimed) * UNCLAIMED_SHARE > len(rows):
+            # Mostly lines for LINE: read this piece and the next few that way.
+            state.unclaimed_pieces = UNCLAIMED_PIECES_SKIPPED
+            _scan_range(data, begin, end, end, first_line, state, events)
+        else:
+            starts = _LineStarts(data, begin, end)
+            done = 0
+            for k in unclaimed:
+                _claimed(rows, done, k, first_line, starts, state, events)
+                _scan_range(data, starts[k], starts.end_of(k), end, first_line + k, state, events)
+                done = k + 1
+            _claimed(rows, done, len(rows), first_line, starts, state, events)
+    state.lines += data.count(b"\n", begin, end)
+    return events
+
+
+# The fields of a WHOLE_LINE tuple.
+_PRE, _ROW_OP, _ROW_OPCOUNT, _ROW_SHAPE, _ROW_GRANK, _UNCLAIMED = range(6)
+# A piece in which more than 1 line in UNCLAIMED_SHARE is for LINE is read by `_scan_range`,
+# and so are the UNCLAIMED_PIECES_SKIPPED pieces after it (the log's format goes on).
+UNCLAIMED_SHARE = 8
+UNCLAIMED_PIECES_SKIPPED = 16
+
+
+class _LineStarts:
+    """The offsets at which the lines of `data[begin:end]` start, found (by NumPy) when
+    first asked: only pieces with a line for LINE, or a new shape, need them."""
+
+    def __init__(self, data: bytes, begin: int, end: int):
+        self.data, self.begin, self.end = data, begin, end
+        self.offsets: list[int] | None = None
+
+    def __getitem__(self, k: int) -> int:
+        if self.offsets is None:
+            view = np.frombuffer(self.data, dtype=np.uint8, count=self.end - self.begin, offset=self.begin)
+            self.offsets = [self.begin, *(np.flatnonzero(view == 10) + (self.begin + 1)).tolist()]
+        return self.offsets[k]
+
+    def end_of(self, k: int) -> int:
+        """Where line k ends: its newline, or the end of the piece."""
+        newline = self.data.find(b"\n", self[k], self.end)
+        return self.end if newline < 0 else newline
+
+
+def _claimed(rows: list[tuple], lo: int, hi: int, first_line: int, starts: _LineStarts,
+             state: State, events: Events) -> None:
+    """The events of the COLL lines among `rows[lo:hi]` that WHOLE_LINE claimed (line k
+    is line number `first_line + k`): the same events, skips and notes as `_scan_range`
+    makes of them, one field at a time over all of them."""
+    idx = list(compress(range(lo, hi), map(itemgetter(_ROW_OP), rows[lo:hi] if lo or hi < len(rows) else rows)))
+    if not idx:
+        return
+    coll = list(map(rows.__getitem__, idx))
+    pres = list(map(itemgetter(_PRE), coll))
+    ops = list(map(itemgetter(_ROW_OP), coll))
+    stamps: list | None = None
+    distinct = set(pres)
+    if any(b"-" in pre for pre in distinct):   # a timestamp (NCCL >= 2.26, or the launcher's), or a host name with '-'
+        split = {pre: (_timestamp(pre) if b"-" in pre else (None, pre)) for pre in distinct}
+        pairs = list(map(split.__getitem__, pres))
+        stamps = list(map(itemgetter(0), pairs))
+        pres = list(map(itemgetter(1), pairs))
+        if events.stamps is None:
+            events.stamps = [None] * len(events.ids)
+    granks = list(map(itemgetter(_ROW_GRANK), coll))
+    keys = list(zip(pres, ops, map(itemgetter(_ROW_SHAPE), coll),
+                    [g or None for g in granks] if any(granks) else repeat(None)))
+    shapes = state.shapes
+    sids = list(map(shapes.get, keys))
+    if None in sids:
+        _new_shapes(sids, keys, idx, coll, starts, state)
+    opcounts = list(map(itemgetter(_ROW_OPCOUNT), coll))
+    try:
+        seqs = list(map(int, opcounts, repeat(16)))
+    except ValueError:          # `x`, `0x`: the pattern takes NCCL's hex with or without 0x
+        seqs = None
+    lines = list(map(first_line.__add__, idx))
+    if seqs is None or min(sids) < 0:
+        _claimed_one_by_one(sids, ops, opcounts, lines, stamps, state, events)
+        return
+    events.ids += sids
+    events.lines += lines
+    events.seqs += seqs
+    if events.stamps is not None:
+        events.stamps += stamps if stamps is not None else repeat(None, len(sids))
+
+
+def _new_shapes(sids: list, keys: list[tuple], idx: list[int], coll: list[tuple], starts: _LineStarts,
+                state: State) -> None:
+    """Fill in the shapes of `sids` not in the cache, in file order (a shape may tell the
+    context of a communicator it is the first to name), from the line's match by LINE."""
+    shapes, data = state.shapes, starts.data
+    for j, sid in enumerate(sids):
+        if sid is not None:
+            continue
+        key = keys[j]
+        sid = shapes.get(key)
+        if sid is None:
+            if len(shapes) > 100_000:
+                shapes.clear()
+            start = starts[idx[j]] + len(coll[j][_PRE])
+            m = LINE.match(data, start, starts.end_of(idx[j]))
+            sid = shapes[key] = _coll_shape(m.groups(), key[0], state)
+        sids[j] = sid
+
+
+def _claimed_one_by_one(sids: list[int], ops: list[bytes], opcounts: list[bytes], lines: list[int],
+                        stamps: list | None, state: State, events: Events) -> None:
+    """`_claimed`'s events where some record is skipped: each record in turn, its skip
+    counted when it comes, as `_scan_range` does."""
+    summary = state.summary
+    for j, sid in enumerate(sids):
+        if sid < 0:
+            summary.skip(f"COLL line of an unknown operation ({ops[j].decode(errors='replace')})" if sid == -1
+                         else "COLL line with a count, size or rank past collc's limits")
+            continue
+        try:
+            seq = int(opcounts[j], 16)
+        except ValueError:
+            summary.skip("COLL line whose opCount is not a number")
+            continue
+        events.ids.append(sid)
+        events.lines.append(lines[j])
+        events.seqs.append(seq)
+        if events.stamps is not None:
+            events.stamps.append(stamps[j] if stamps is not None else None)
+
+
+def _scan_range(data: bytes, begin: int, stop: int, limit: int, first_line: int, state: State,
+                events: Events) -> None:
+    """The events of the matches of LINE in `data[begin:stop]` (whole lines, the first of
+    them line number `first_line`), appended to `events`; `limit`: the end of the piece
+    (a record cut by a line break may go on in the line after `stop`).
+
+    One pass per line of interest: the regex's groups are read by index from locals, the
+    line number is counted only for lines that need one (COLL lines and malformed ones),
+    everything that depends only on the line's prefix, comm and shape comes from a cache
+    (`state.shapes`), and the thread of a TUNING line from a cache keyed by its prefix.
+    """
+
     ids, lines, seqs_out = events.ids, events.lines, events.seqs
     add_id, add_line, add_seq = ids.append, lines.append, seqs_out.append
-    stamps: list[float | None] | None = None
-    pos, line = begin, state.lines + 1     # `line` = the number of the line at offset `pos`
+    stamps = events.stamps
+    pos, line = begin, first_line          # `line` = the number of the line at offset `pos`
     rfind, count = data.rfind, data.count
     shapes, threads, tunings = state.shapes, state.threads, state.tunings
     # opCount text -> value: values repeat (one per comm of the file; NCCL 2.27 logs 0 on every line)
@@ -260,7 +438,7 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
     COLL_GROUPS = (_OP + 1, _OPCOUNT + 1, _SHAPE + 1, _GRANK + 1)
     TUNING = _TUNING + 1      # the group that ends a TUNING line's match: its `lastindex`
     ICOMM_GROUP = ICOMM + 1
-    for m in LINE.finditer(data, begin, end):
+    for m in LINE.finditer(data, begin, stop):
         start = m.start()
         line_start = rfind(b"\n", 0, start) + 1
         pre = data[line_start:start]
@@ -316,7 +494,7 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
         else:
             line += count(b"\n", pos, line_start)
             pos = line_start
-            joined = _continued(data, start, end)
+            joined = _continued(data, start, limit)
             if joined is not None:
                 # A record broken by a lost prefix: its text goes on at the start of the
                 # next line (another process's output cut it). Read as one line.
@@ -341,9 +519,9 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
                 state.first_bad = line
             if len(state.bad_lines) < BAD_LINES_KEPT:
                 state.bad_lines.append(line)
-    state.lines = line - 1 + count(b"\n", pos, end)
     events.stamps = stamps
-    return events
+
+
 
 
 # How many line numbers of unreadable COLL lines are kept for the note (the count is exact).
@@ -367,6 +545,12 @@ def _continued(data: bytes, start: int, end: int) -> re.Match | None:
     return m if m is not None and m.group(_OP + 1) is not None else None
 
 
+# A thread's calls are emitted without a TUNING line once more than HELD_CALLS wait,
+# and every waiting call once more than HELD_THREADS threads wait (see `replay`).
+HELD_CALLS = 512
+HELD_THREADS = 64
+
+
 def replay(events: Events, line_base: int, state: State) -> None:
     """The records of the events (line numbers `line_base` on), appended to
     `state.collected` as columns, and emitted in the order they are complete: a call
@@ -374,6 +558,8 @@ def replay(events: Events, line_base: int, state: State) -> None:
     protocol), unless its thread has no TUNING lines (more than 512 calls wait) or many
     threads wait at once (more than 64). A record is its index in `state.collected`;
     nothing here makes an object per call."""
+    if _replay_untuned(events, line_base, state):
+        return
     pending, summary, collected = state.pending, state.summary, state.collected
     shape_list, thread_list, tuning_list = events.shapes, events.threads, events.tunings
     shape_index = collected.shape_index(shape_list)
@@ -398,12 +584,12 @@ def replay(events: Events, line_base: int, state: State) -> None:
             calls = pending.get(thread)
             if calls is not None:
                 calls.append(record)
-                if len(calls) > 512:       # no TUNING lines in this log: do not hold calls back
+                if len(calls) > HELD_CALLS:    # no TUNING lines in this log: do not hold calls back
                     emit_all(calls)
                     calls.clear()
             else:
                 pending[thread] = [record]
-                if len(pending) > 64:      # many threads wait for a TUNING line: do not hold calls back
+                if len(pending) > HELD_THREADS:    # many threads wait for a TUNING line: do not hold calls back
                     for calls in pending.values():
                         emit_all(calls)
                     pending.clear()
@@ -426,6 +612,58 @@ def replay(events: Events, line_base: int, state: State) -> None:
             else:
                 summary.skip("TUNING line with no COLL line before it")
     summary.records += len(collected.emitted) - emitted
+
+
+def _replay_untuned(events: Events, line_base: int, state: State) -> bool:
+    """`replay` of events without a TUNING line, where at most HELD_THREADS threads wait
+    after them: the same records, emitted in the same order, a column at a time. Each
+    thread's calls then only wait (in `state.pending`) until more than HELD_CALLS do,
+    and are emitted in blocks of HELD_CALLS + 1, each when its last call comes. False
+    (nothing done) for other events, which `replay` takes one at a time."""
+    n = len(events.ids)
+    if n == 0:
+        return False
+    ids = np.asarray(events.ids, dtype=np.int64)
+    if ids.min() < 0:
+        return False
+    shape_list, pending, collected = events.shapes, state.pending, state.collected
+    distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    thread_of = [shape_list[sid][0] for sid in distinct.tolist()]
+    # The threads in the order of their first call here: the order `pending` gets them in.
+    codes: dict[tuple[bytes, bytes], int] = {}
+    for k in np.argsort(first, kind="stable").tolist():
+        codes.setdefault(thread_of[k], len(codes))
+    if len(pending.keys() | codes.keys()) > HELD_THREADS:
+        return False
+    shape_index = collected.shape_index(shape_list)
+    record = len(collected.shape)
+    emitted_before = len(collected.emitted)
+    collected.shape.extend(map(shape_index.__getitem__, events.ids))
+    collected.line.extend(events.lines if line_base == 0 else map(line_base.__add__, events.lines))
+    collected.seq.extend(events.seqs)
+    if events.stamps is not None and collected.stamp is None:
+        collected.stamp = [None] * record
+    if collected.stamp is not None:
+        collected.stamp.extend(events.stamps if events.stamps is not None else repeat(None, n))
+    thread_code = np.array([codes[t] for t in thread_of], dtype=np.int64)[inverse]
+    order = np.argsort(thread_code, kind="stable")
+    bounds = np.searchsorted(thread_code[order], np.arange(len(codes) + 1)).tolist()
+    blocks: list[tuple[int, list[int]]] = []       # (the call that completes it, its calls)
+    for thread, code in codes.items():
+        calls = pending.setdefault(thread, [])
+        new = (order[bounds[code]:bounds[code + 1]] + record).tolist()
+        while len(calls) + len(new) > HELD_CALLS:
+            take = HELD_CALLS + 1 - len(calls)
+            blocks.append((new[take - 1], calls + new[:take]))
+            calls.clear()
+            new = new[take:]
+        calls.extend(new)
+    blocks.sort(key=itemgetter(0))
+    emitted = collected.emitted
+    for _last, calls in blocks:
+        emitted.extend(calls)
+    state.summary.records += len(emitted) - emitted_before
+    return True
 
 
 def _timestamp(pre: bytes) -> tuple[float | None, bytes]:
