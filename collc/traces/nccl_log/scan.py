@@ -18,6 +18,7 @@ import sys
 import time
 from array import array
 from itertools import compress, repeat
+from typing import Sequence
 from operator import itemgetter
 
 import numpy as np
@@ -285,6 +286,8 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
         _scan_range(data, begin, end, end, first_line, state, events)
     else:
         rows = WHOLE_LINE.findall(data, begin, end)
+        if rows and not any(rows[-1]):
+            rows.pop()      # the empty match at the end of the piece, or a last line with nothing to read
         unclaimed = list(compress(range(len(rows)), map(itemgetter(_UNCLAIMED), rows)))
         if len(unclaimed) * UNCLAIMED_SHARE > len(rows):
             # Mostly lines for LINE: read this piece and the next few that way.
@@ -335,26 +338,27 @@ def _claimed(rows: list[tuple], lo: int, hi: int, first_line: int, starts: _Line
     """The events of the COLL lines among `rows[lo:hi]` that WHOLE_LINE claimed (line k
     is line number `first_line + k`): the same events, skips and notes as `_scan_range`
     makes of them, one field at a time over all of them."""
-    idx = list(compress(range(lo, hi), map(itemgetter(_ROW_OP), rows[lo:hi] if lo or hi < len(rows) else rows)))
+    part = rows if lo == 0 and hi == len(rows) else rows[lo:hi]
+    idx = list(compress(range(lo, hi), map(itemgetter(_ROW_OP), part)))
     if not idx:
         return
-    coll = list(map(rows.__getitem__, idx))
-    pres = list(map(itemgetter(_PRE), coll))
-    ops = list(map(itemgetter(_ROW_OP), coll))
+    coll = part if len(idx) == len(part) else list(map(rows.__getitem__, idx))
     stamps: list | None = None
-    distinct = set(pres)
+    distinct = set(map(itemgetter(_PRE), coll))
     if any(b"-" in pre for pre in distinct):   # a timestamp (NCCL >= 2.26, or the launcher's), or a host name with '-'
         split = {pre: (_timestamp(pre) if b"-" in pre else (None, pre)) for pre in distinct}
-        pairs = list(map(split.__getitem__, pres))
+        pairs = list(map(split.__getitem__, map(itemgetter(_PRE), coll)))
         stamps = list(map(itemgetter(0), pairs))
-        pres = list(map(itemgetter(1), pairs))
+        granks = list(map(itemgetter(_ROW_GRANK), coll))
+        # The shape cache's keys as `_scan_range` makes them: the prefix without its timestamp.
+        keys = list(zip(map(itemgetter(1), pairs), map(itemgetter(_ROW_OP), coll), map(itemgetter(_ROW_SHAPE), coll),
+                        [g or None for g in granks] if any(granks) else repeat(None)))
         if events.stamps is None:
             events.stamps = [None] * len(events.ids)
-    granks = list(map(itemgetter(_ROW_GRANK), coll))
-    keys = list(zip(pres, ops, map(itemgetter(_ROW_SHAPE), coll),
-                    [g or None for g in granks] if any(granks) else repeat(None)))
-    shapes = state.shapes
-    sids = list(map(shapes.get, keys))
+    else:
+        # (prefix, op, shape, globalrank or b""): a key of its own for the same shape.
+        keys = list(map(itemgetter(_PRE, _ROW_OP, _ROW_SHAPE, _ROW_GRANK), coll))
+    sids = list(map(state.shapes.get, keys))
     if None in sids:
         _new_shapes(sids, keys, idx, coll, starts, state)
     opcounts = list(map(itemgetter(_ROW_OPCOUNT), coll))
@@ -362,9 +366,9 @@ def _claimed(rows: list[tuple], lo: int, hi: int, first_line: int, starts: _Line
         seqs = list(map(int, opcounts, repeat(16)))
     except ValueError:          # `x`, `0x`: the pattern takes NCCL's hex with or without 0x
         seqs = None
-    lines = list(map(first_line.__add__, idx))
+    lines = range(first_line + lo, first_line + hi) if coll is part else list(map(first_line.__add__, idx))
     if seqs is None or min(sids) < 0:
-        _claimed_one_by_one(sids, ops, opcounts, lines, stamps, state, events)
+        _claimed_one_by_one(sids, coll, opcounts, lines, stamps, state, events)
         return
     events.ids += sids
     events.lines += lines
@@ -392,14 +396,14 @@ def _new_shapes(sids: list, keys: list[tuple], idx: list[int], coll: list[tuple]
         sids[j] = sid
 
 
-def _claimed_one_by_one(sids: list[int], ops: list[bytes], opcounts: list[bytes], lines: list[int],
+def _claimed_one_by_one(sids: list[int], coll: list[tuple], opcounts: list[bytes], lines: Sequence[int],
                         stamps: list | None, state: State, events: Events) -> None:
     """`_claimed`'s events where some record is skipped: each record in turn, its skip
     counted when it comes, as `_scan_range` does."""
     summary = state.summary
     for j, sid in enumerate(sids):
         if sid < 0:
-            summary.skip(f"COLL line of an unknown operation ({ops[j].decode(errors='replace')})" if sid == -1
+            summary.skip(f"COLL line of an unknown operation ({coll[j][_ROW_OP].decode(errors='replace')})" if sid == -1
                          else "COLL line with a count, size or rank past collc's limits")
             continue
         try:
@@ -558,7 +562,7 @@ def replay(events: Events, line_base: int, state: State) -> None:
     protocol), unless its thread has no TUNING lines (more than 512 calls wait) or many
     threads wait at once (more than 64). A record is its index in `state.collected`;
     nothing here makes an object per call."""
-    if _replay_untuned(events, line_base, state):
+    if replay_untuned(events, line_base, state):
         return
     pending, summary, collected = state.pending, state.summary, state.collected
     shape_list, thread_list, tuning_list = events.shapes, events.threads, events.tunings
@@ -614,7 +618,7 @@ def replay(events: Events, line_base: int, state: State) -> None:
     summary.records += len(collected.emitted) - emitted
 
 
-def _replay_untuned(events: Events, line_base: int, state: State) -> bool:
+def replay_untuned(events: Events, line_base: int, state: State) -> bool:
     """`replay` of events without a TUNING line, where at most HELD_THREADS threads wait
     after them: the same records, emitted in the same order, a column at a time. Each
     thread's calls then only wait (in `state.pending`) until more than HELD_CALLS do,

@@ -11,6 +11,7 @@ import dataclasses
 import gc
 import gzip
 import hashlib
+import io
 import random
 
 import pytest
@@ -158,3 +159,70 @@ def test_garbage_collector_left_as_the_caller_had_it(mixed, tmp_path, monkeypatc
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def sparse_log(lines: int, seed: int) -> bytes:
+    """COLL lines of every version, an odd line (TUNING, INIT, unknown operation,
+    malformed, timestamped, a host name with '-') about every 25th, and now and then two
+    records on one line or a record cut by a line break: within a piece the bulk read of
+    whole-line records and the read by LINE take turns."""
+    rng = random.Random(seed)
+    colls = [line for text in (V24, V218, V227, RCCL) for line in text.splitlines() if "opCount" in line]
+    out = []
+    for _ in range(lines):
+        line = rng.choice(colls)
+        if rng.random() < 0.5:       # another thread of another process
+            line = line.replace(":12345:12345", f":{rng.randrange(12340, 12350)}:{rng.randrange(12340, 12380)}")
+        roll = rng.random()
+        if roll < 0.04:
+            line = rng.choice(ODD_LINES)
+        elif roll < 0.05:
+            line = line.replace("node01:", "gpu-node-01:")
+        elif roll < 0.055:
+            line = line + " " + rng.choice(colls)                 # two records, one line
+        elif roll < 0.06:
+            cut = line.index(" count ")
+            line = line[:cut] + "\n   " + line[cut + 1:]          # a record cut by a line break
+        out.append(line)
+    return ("\n".join(out) + "\n").encode()
+
+
+def read_state(data: bytes, by_line_pattern: bool) -> tuple:
+    """Everything one sequential read of `data` gives: records, skips, notes, world."""
+    from collc.traces.columns import from_columns
+    from collc.traces.nccl_log.scan import State, finish
+    from collc.traces.records import SourceSummary, TraceContext
+    state = State("log", SourceSummary("log", "nccl-log"), TraceContext())
+    if by_line_pattern:
+        state.unclaimed_pieces = 1 << 40       # every piece read by LINE, one match at a time
+    sequential_reader.read_stream(io.BytesIO(data), state)
+    finish(state)
+    calls = [dataclasses.astuple(c) for c in from_columns(state.collected.columns("log"))]
+    return (calls, state.summary.records, sorted(state.summary.skipped.items()), state.context.notes,
+            state.context.world_size, sorted(state.context.communicators.items()))
+
+
+@pytest.mark.parametrize("piece", [700, 1 << 20])
+def test_bulk_read_same_as_line_pattern(monkeypatch, piece):
+    data = sparse_log(4000, seed=11)
+    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", piece)
+    bulk = read_state(data, by_line_pattern=False)
+    assert len(bulk[0]) > 3500 and len(bulk[2]) >= 3         # records, and skips of several kinds
+    assert bulk == read_state(data, by_line_pattern=True)
+
+
+def test_untuned_replay_same_as_one_event_at_a_time(monkeypatch):
+    """Calls without TUNING lines, of few threads (held back in blocks of 513) and then of
+    more than 64 (all emitted at once): the columnar replay and the one-event-at-a-time
+    replay emit the same records in the same order."""
+    import collc.traces.nccl_log.scan as scan_module
+    rng = random.Random(5)
+    template = next(line for line in V24.splitlines() if "opCount" in line)
+    assert ":12345:12345" in template
+    few = [template.replace(":12345:12345", f":{rng.randrange(3)}:1") for _ in range(3000)]
+    many = [template.replace(":12345:12345", f":{rng.randrange(40)}:{rng.randrange(3)}") for _ in range(1000)]
+    data = ("\n".join(few + many) + "\n").encode()
+    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", 5000)
+    columnar = read_state(data, by_line_pattern=False)
+    monkeypatch.setattr(scan_module, "replay_untuned", lambda *args: False)
+    assert columnar == read_state(data, by_line_pattern=False)
