@@ -281,7 +281,9 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
     """
     events = Events(state.shape_list, state.thread_list, state.tuning_list)
     first_line = state.lines + 1
-    if state.unclaimed_pieces > 0:
+    if end - begin < SMALL_PIECE:
+        _scan_range(data, begin, end, end, first_line, state, events)
+    elif state.unclaimed_pieces > 0:
         state.unclaimed_pieces -= 1
         _scan_range(data, begin, end, end, first_line, state, events)
     else:
@@ -307,6 +309,9 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
 
 # The fields of a WHOLE_LINE tuple.
 _PRE, _ROW_OP, _ROW_OPCOUNT, _ROW_SHAPE, _ROW_GRANK, _UNCLAIMED = range(6)
+# A piece of fewer bytes (a line or two: the tail of a stream read in small reads) is read
+# by `_scan_range`, which costs less than the bulk read's set-up there.
+SMALL_PIECE = 512
 # A piece in which more than 1 line in UNCLAIMED_SHARE is for LINE is read by `_scan_range`,
 # and so are the UNCLAIMED_PIECES_SKIPPED pieces after it (the log's format goes on).
 UNCLAIMED_SHARE = 8
