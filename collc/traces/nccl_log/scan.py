@@ -315,7 +315,7 @@ SMALL_PIECE = 512
 # A piece in which more than 1 line in UNCLAIMED_SHARE is for LINE is read by `_scan_range`,
 # and so are the UNCLAIMED_PIECES_SKIPPED pieces after it (the log's format goes on).
 UNCLAIMED_SHARE = 8
-UNCLAIMED_PIECES_SKIPPED = 16
+UNCLAIMED_PIECES_SKIPPED = 64
 
 
 class _LineStarts:
@@ -630,11 +630,9 @@ def replay_untuned(events: Events, line_base: int, state: State) -> bool:
     and are emitted in blocks of HELD_CALLS + 1, each when its last call comes. False
     (nothing done) for other events, which `replay` takes one at a time."""
     n = len(events.ids)
-    if n == 0:
+    if n == 0 or min(events.ids) < 0:
         return False
     ids = np.asarray(events.ids, dtype=np.int64)
-    if ids.min() < 0:
-        return False
     shape_list, pending, collected = events.shapes, state.pending, state.collected
     distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
     thread_of = [shape_list[sid][0] for sid in distinct.tolist()]
