@@ -1,7 +1,7 @@
 """A big NCCL log read by several processes: pieces scanned in parallel, records made in order.
 
-One process reads an NCCL log at about 80 MB per CPU second, nearly all of it the scan
-(`scan.scan`: the regex, and the Python work per line of interest). Here the log
+One process reads an NCCL log at 60 to 80 MB per CPU second, nearly all of it the scan
+(`scan.scan`: the regexes, and the work per line of interest, in bulk or per line). Here the log
 is cut at line boundaries into pieces of `PIECE_BYTES`; worker processes scan them and
 send back their events (`scan.Events`: integer columns, one entry per COLL or TUNING
 line, and the piece's small tables of call shapes, threads and TUNING lines), and this

@@ -1,10 +1,13 @@
 """The scanning core of the NCCL log reader: one regex for the lines of interest, the
 scan that makes compact events of them, and the replay that makes the records.
 
-The file is scanned in chunks with one compiled regex (`LINE`) anchored on `NCCL INFO`:
-lines that are not INIT, COLL or TUNING lines cost a C-level scan and no Python at all.
-The scan (`scan`) makes compact events of the COLL and TUNING lines; the replay (`replay`)
-makes the records, in order. Both readers above this module use it: the sequential one
+The file is scanned in chunks. One `findall` of a whole-line pattern (`WHOLE_LINE`) gives
+a tuple per line: the lines that are one intact COLL record are read a field at a time
+over the chunk, with no Python per line; the others where anything could be read (INIT
+and TUNING lines, malformed or merged records) go through one compiled regex (`LINE`)
+anchored on `NCCL INFO`, one match at a time, in file order; lines that are neither cost
+a C-level scan and no Python at all. The scan (`scan`) makes compact events of the COLL
+and TUNING lines; the replay (`replay`) makes the records, in order. Both readers above this module use it: the sequential one
 (`sequential`) in this process, the parallel one (`parallel`) with the scans in worker
 processes and the replay here, with the same code and the same result.
 """
@@ -35,13 +38,11 @@ DATATYPES: dict[int, tuple[str, int]] = {
     5: ("uint64", 8), 6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8),
     9: ("bfloat16", 2), 10: ("fp8_e4m3", 1), 11: ("fp8_e5m2", 1)}
 
-# Every line of interest. The pattern starts with a literal, so the regex engine jumps from
-# one "NCCL INFO " to the next with a fast search; the prefix before it is taken separately.
-# Every repeat is possessive (`++`, `*+`): what follows each can never be matched by it (a
-# space after `\S`, a colon after a word), so giving back characters could never succeed,
-# and a line that does not match fails at once instead of retrying each shorter word.
-# Python 3.10 has no possessive repeats: there the pattern without them matches exactly
-# the same text, only slower.
+# Every repeat in these patterns is possessive (`++`, `*+`): what follows each can never be
+# matched by it (a space after `\S`, a colon after a word), so giving back characters could
+# never succeed, and a line that does not match fails at once instead of retrying each
+# shorter word. Python 3.10 has no possessive repeats: there the patterns without them
+# match exactly the same text, only slower.
 # What each alternative of LINE needs to start with, tested once: most "NCCL INFO" lines
 # are none of them, and fail here after one look at their first word instead of four.
 _LOOKAHEAD = rb"(?=[A-Za-z]*+: (?:opCount|\d)|\d|(?:\w++ )?comm )"
@@ -52,6 +53,8 @@ _COLL_PATTERN = (
     rb"(?: acc \S++)? (?P<shape>count (?P<count>\d++) datatype (?P<dtype>\d++) op (?P<redop>\d++)"
     rb" root (?P<root>-?\d++) comm (?P<comm>\S++)(?: \[nranks=(?P<nranks>\d++)\])?)"
     rb"(?: stream (?P<stream>\S++))?(?: task (?P<task>\d++) globalrank (?P<grank>\d++))?")
+# Every line of interest. The pattern starts with a literal, so the regex engine jumps from
+# one "NCCL INFO " to the next with a fast search; the prefix before it is taken separately.
 _LINE_PATTERN = (
     rb"NCCL INFO " + _LOOKAHEAD + rb"(?:" + _COLL_PATTERN +
     # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
@@ -88,7 +91,10 @@ _WHOLE_LINE_PATTERN = (
     + rb"|(?:[^N\n]++|N(?!CCL INFO " + _LOOKAHEAD + rb"))*+(NCCL INFO " + _LOOKAHEAD + rb")?[^\n]*+)\n?")
 if sys.version_info < (3, 11):
     _LINE_PATTERN = _LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
-    _WHOLE_LINE_PATTERN = _WHOLE_LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
+    # A run inside a repeat (`(?:[^N\n]+|...)*`) would backtrack through every way of
+    # splitting the run: one character a turn keeps the repeat unambiguous, so linear.
+    _WHOLE_LINE_PATTERN = (_WHOLE_LINE_PATTERN.replace(rb"[^N\n]++|", rb"[^N\n]|")
+                           .replace(b"++", b"+").replace(b"*+", b"*"))
 LINE = re.compile(_LINE_PATTERN)
 WHOLE_LINE = re.compile(_WHOLE_LINE_PATTERN, re.MULTILINE)
 # Group numbers of LINE, for reading a match's groups() tuple without name lookups.
