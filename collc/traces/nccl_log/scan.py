@@ -564,6 +564,9 @@ def _continued(data: bytes, start: int, end: int) -> re.Match | None:
 # and every waiting call once more than HELD_THREADS threads wait (see `replay`).
 HELD_CALLS = 512
 HELD_THREADS = 64
+# Fewer events are replayed one at a time: NumPy's set-up costs more than it saves there
+# (a stream read in small pieces).
+COLUMNAR_EVENTS = 128
 
 
 def replay(events: Events, line_base: int, state: State) -> None:
@@ -634,9 +637,10 @@ def replay_untuned(events: Events, line_base: int, state: State) -> bool:
     after them: the same records, emitted in the same order, a column at a time. Each
     thread's calls then only wait (in `state.pending`) until more than HELD_CALLS do,
     and are emitted in blocks of HELD_CALLS + 1, each when its last call comes. False
-    (nothing done) for other events, which `replay` takes one at a time."""
+    (nothing done) for other events, or fewer than COLUMNAR_EVENTS, which `replay`
+    takes one at a time."""
     n = len(events.ids)
-    if n == 0 or min(events.ids) < 0:
+    if n < COLUMNAR_EVENTS or min(events.ids) < 0:
         return False
     ids = np.asarray(events.ids, dtype=np.int64)
     shape_list, pending, collected = events.shapes, state.pending, state.collected

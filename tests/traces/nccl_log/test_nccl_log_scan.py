@@ -222,7 +222,7 @@ def test_untuned_replay_same_as_one_event_at_a_time(monkeypatch):
     few = [template.replace(":12345:12345", f":{rng.randrange(2)}:1") for _ in range(1500)]
     many = [template.replace(":12345:12345", f":{rng.randrange(40)}:{rng.randrange(3)}") for _ in range(600)]
     data = ("\n".join(few + many) + "\n").encode()
-    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", 5000)
+    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", 40_000)    # 200 calls a piece: replayed as columns
     columnar = read_state(data, by_line_pattern=False)
     monkeypatch.setattr(scan_module, "replay_untuned", lambda *args: False)
     assert columnar == read_state(data, by_line_pattern=False)
