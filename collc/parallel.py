@@ -11,11 +11,12 @@ the order in which units finish.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 # Called with (units done, units in all) as units complete.
 Progress = Callable[[int, int], None]
@@ -32,6 +33,11 @@ def local_workers() -> int:
 def process_pool(workers: int, initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor:
     """A pool of `workers` processes. fork is the cheapest start, but forking a process
     that runs other threads can deadlock: then a fresh interpreter per worker."""
+    # Imported here: a command with one unit (the usual compile) never starts a pool,
+    # and these modules cost its start-up ~20 ms.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() \
         else "forkserver"
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
@@ -48,6 +54,8 @@ def run_units(function: Callable[..., Any], units: Sequence[tuple], workers: int
         yield from _run_dask(function, units, scheduler, progress)
         return
     if workers > 1 and len(units) > 1:
+        from concurrent.futures import as_completed  # with the pool (see process_pool)
+
         with process_pool(min(workers, len(units))) as pool:
             futures = {pool.submit(function, *unit): i for i, unit in enumerate(units)}
             for done, future in enumerate(as_completed(futures), 1):

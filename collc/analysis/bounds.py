@@ -76,12 +76,12 @@ their out-capacity form also if a switch copies (one send, several receptions). 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import networkx as nx
 import numpy as np
 from threadpoolctl import threadpool_limits
 
@@ -92,6 +92,7 @@ from collc.analysis.demand import (
 from collc.analysis.latency_cut import Crossing, latency_cut_bound
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective
+from collc.ir.graphs import connected_components, minimum_cut
 from collc.ir.topology import Topology
 
 _US = 1e6
@@ -439,10 +440,9 @@ def _fast_domains(topology: Topology) -> list[_Partition]:
         pair[key] = pair.get(key, 0.0) + link.capacity
     out = []
     for level in sorted(set(pair.values()))[:-1]:
-        g = nx.Graph()
-        g.add_nodes_from(n.name for n in topology.nodes)
-        g.add_edges_from(k for k, c in pair.items() if c > level)
-        part = _partition_of(topology, f"links above {level / 1e9:g} GB/s", nx.connected_components(g))
+        components = connected_components((n.name for n in topology.nodes),
+                                          (k for k, c in pair.items() if c > level))
+        part = _partition_of(topology, f"links above {level / 1e9:g} GB/s", components)
         if part is not None:
             out.append(part)
     return out
@@ -866,14 +866,10 @@ class _CutModel:
             x = np.zeros(size, dtype=bool)
             x[i] = True
             seeds += [x, ~x]
-        g = nx.Graph()
-        g.add_nodes_from(range(size))
         levels = sorted({float(c) for c in self.cap[self.cap > 0]})
         for level in levels[:-1]:
-            g.clear_edges()
             a, b = np.nonzero(self.cap > level)
-            g.add_edges_from(zip(a.tolist(), b.tolist()))
-            for comp in nx.connected_components(g):
+            for comp in connected_components(range(size), zip(a.tolist(), b.tolist())):
                 if 1 < len(comp) < size:
                     x = np.zeros(size, dtype=bool)
                     x[list(comp)] = True
@@ -1030,22 +1026,27 @@ class _CutModel:
         size = len(self.names)
         for _ in range(64):
             supply = sum(w for _, w in terms) * self.slot / t
-            g = nx.DiGraph()
-            g.add_weighted_edges_from(edges, weight="capacity")
-            g.add_node(sink)
+            # The network holds the nodes that some edge touches (and the sink): a node
+            # on no edge is on neither side of the cut.
+            capacity: dict[Any, dict[Any, float]] = {sink: {}}
+            for a, b, c in edges:
+                capacity.setdefault(a, {})[b] = c
+                capacity.setdefault(b, {})
             source = "source"
+            capacity[source] = {}
             for k, (nodes, w) in enumerate(terms):
                 amount = w * self.slot / t
                 if len(nodes) == 1:
                     n = nodes[0]
-                    prev = g.edges[source, n]["capacity"] if g.has_edge(source, n) else 0.0
-                    g.add_edge(source, n, capacity=prev + amount)
+                    capacity[source][n] = capacity[source].get(n, 0.0) + amount
+                    capacity.setdefault(n, {})
                 else:
                     gadget = ("all-of", k)
-                    g.add_edge(source, gadget, capacity=amount)
+                    capacity[source][gadget] = amount
+                    capacity[gadget] = dict.fromkeys(nodes, math.inf)  # no limit
                     for n in nodes:
-                        g.add_edge(gadget, n)  # no capacity: infinite
-            value, (reach, _) = nx.minimum_cut(g, source, sink)
+                        capacity.setdefault(n, {})
+            value, reach = minimum_cut(capacity, source, sink)
             if value >= supply * (1 - 1e-9):
                 break
             x = np.zeros(size, dtype=bool)

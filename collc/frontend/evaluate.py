@@ -7,7 +7,6 @@ it provides (`chunk(...)` in collectives, `ranks`, `ring`, ... as names) through
 
 from __future__ import annotations
 
-import difflib
 import math
 import operator
 from dataclasses import dataclass, field
@@ -78,6 +77,8 @@ class Scope:
 
 
 def suggest(name: str, candidates: set[str] | list[str]) -> str | None:
+    import difflib  # here: only a misspelt name needs it, and it costs every command's start-up
+
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
     return close[0] if close else None
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import os
 import pickle
 import stat
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from collc import __version__
 from collc.frontend import ast
-from collc.frontend import parser
+from collc.frontend import parser, syntax
 
 NO_CACHE_ENV = "COLLC_NO_CACHE"
 ENTRY_PREFIX = "parsed-"
@@ -62,13 +63,20 @@ def parse_cached(text: str, filename: str) -> ast.Module:
 @functools.lru_cache(maxsize=1)
 def parser_fingerprint() -> bytes:
     """What the syntax tree of a text depends on besides the text: collc's version,
-    the grammar, and the source of the parser and the AST classes (so that a change to
-    either, even without a new version number, never reads an older tree)."""
+    the grammar, and the source of the parser, its transformer to the AST and the AST
+    classes (so that a change to any, even without a new version number, never reads an
+    older tree)."""
     h = hashlib.sha256(__version__.encode())
     h.update(parser.grammar_text().encode())
-    for module in (parser, ast):
-        h.update(Path(module.__file__ or "").read_bytes())
+    for source in (parser.__file__, ast.__file__, syntax.__file__, _source_of("collc.frontend.to_ast")):
+        h.update(Path(source or "").read_bytes())
     return h.hexdigest().encode()
+
+
+def _source_of(module: str) -> str | None:
+    """A module's file, found without importing it (the transformer brings Lark)."""
+    spec = importlib.util.find_spec(module)
+    return spec.origin if spec is not None else None
 
 
 def _enabled() -> bool:

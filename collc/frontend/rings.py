@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from functools import lru_cache
 
+from collc.ir.graphs import strongly_connected
 from collc.ir.topology import NodeKind, Topology
 
 # Extensions of a partial cycle the search may try per speed level before giving up.
@@ -54,16 +55,14 @@ def find_ring(topology: Topology) -> tuple[int, ...]:
     n = topology.num_ranks
     if n <= 2:
         return tuple(range(n))
-    import networkx as nx  # here: importing networkx costs ~0.15 s, and only rings need it
-
     neighbours = gpu_neighbours(topology)
     speeds = sorted({w for row in neighbours.values() for w in row.values()}, reverse=True)
     for speed in speeds:
         out_adj = {a: [b for b, w in sorted(row.items(), key=lambda kv: (-kv[1], kv[0])) if w >= speed]
                    for a, row in neighbours.items()}
-        graph = nx.DiGraph((a, b) for a, bs in out_adj.items() for b in bs)
-        if graph.number_of_nodes() < n or not nx.is_strongly_connected(graph):
-            continue
+        hops = [(a, b) for a, bs in out_adj.items() for b in bs]
+        if len({a for a, _ in hops} | {b for _, b in hops}) < n or not strongly_connected(n, hops):
+            continue  # some GPU has no hop this fast, or cannot reach every other
         cycle = _hamiltonian_cycle(out_adj, n)
         if cycle is not None:
             return tuple(cycle)

@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -117,6 +116,8 @@ def check_target(target: str, paths: list[str]) -> None:
     a task: the module is missing or broken, or the name is not a task class."""
     if ":" not in target:
         raise _usage_error(f"task target {target!r} must be 'module:Class'")
+    import subprocess  # here: every collc command imports this module for its parser
+
     try:
         done = subprocess.run([sys.executable, "-c", _IMPORT_CHECK, target, *paths], capture_output=True,
                               text=True, timeout=IMPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)

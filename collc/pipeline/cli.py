@@ -10,7 +10,6 @@ from typing import Any, Callable
 from collc.commands.args import finite_float, output_path, repeated_output
 from collc.diagnostics import UsageError
 from collc.io import all_or_nothing, atomic_write, check_input_file, check_output_path
-from collc import jsontext
 
 EXIT_OK = 0
 
@@ -100,6 +99,8 @@ def check_outputs(args: argparse.Namespace) -> None:
 def _report_text(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
     """The report's JSON text in pieces (with its final newline), made once for --report
     and --json alike; none where neither asks for it."""
+    from collc import jsontext  # here: this module is imported by every command's parser, orjson by few
+
     return [*jsontext.text_pieces(report), "\n"] if args.report or args.json else []
 
 

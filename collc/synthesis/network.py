@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
-
+from collc.ir.graphs import strongly_connected
 from collc.ir.topology import Link, NodeKind, Topology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 # Several equally short paths may join two GPUs through a switched fabric; keeping a few
 # gives the solvers a choice without letting a fat tree multiply the model.
@@ -148,7 +151,9 @@ class Network:
     def used_links(self) -> tuple[int, ...]:
         return tuple(i for i, rs in enumerate(self.link_routes) if rs)
 
-    def rank_graph(self) -> nx.DiGraph:
+    def rank_graph(self) -> "nx.DiGraph":
+        import networkx as nx  # heavy (0.15-0.25 s to import): only the searches below need it
+
         g = nx.DiGraph()
         g.add_nodes_from(range(self.ranks))
         g.add_edges_from((r.src, r.dst) for r in self.routes)
@@ -166,6 +171,8 @@ class Network:
 
     def shortest_seconds(self, nbytes: float) -> list[list[float]]:
         """All-pairs fastest store-and-forward time of one chunk (relaying through GPUs)."""
+        import networkx as nx  # heavy (0.15-0.25 s to import): loaded only where it is used
+
         g = nx.DiGraph()
         g.add_nodes_from(range(self.ranks))
         for (a, b), t in self.hop_seconds(nbytes).items():
@@ -178,18 +185,22 @@ class Network:
         return dist
 
     @cached_property
-    def _components(self) -> tuple[dict[int, int], nx.DiGraph]:
+    def _components(self) -> tuple[dict[int, int], "nx.DiGraph"]:
         """Each rank's strongly connected component, and the graph of components (a DAG):
         a rank reaches another in its own component or in a component below its own."""
+        import networkx as nx  # heavy (0.15-0.25 s to import): only a partly connected network needs it
+
         cond = nx.condensation(self.rank_graph())
         return cond.graph["mapping"], cond
 
     @property
     def strongly_connected(self) -> bool:
         """Whether every GPU can reach every other."""
-        return len(self._components[1]) <= 1
+        return strongly_connected(self.ranks, ((r.src, r.dst) for r in self.routes))
 
     def unreachable(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        import networkx as nx  # heavy (0.15-0.25 s to import): only a partly connected network gets here
+
         mapping, cond = self._components
         below: dict[int, set[int]] = {}
         out = []

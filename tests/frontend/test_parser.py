@@ -7,11 +7,12 @@ import pytest
 
 from collc.diagnostics import CollcError
 from collc.frontend import parser
-from collc.frontend.parser import _ToAst, parse_spec, parse_tree
+from collc.frontend.parser import parse_spec, parse_tree
+from collc.frontend.to_ast import ToAst
 
 
 def _by_lark(text: str, filename: str):
-    return _ToAst(filename, text).transform(parse_tree(text, filename, start="spec"))
+    return ToAst(filename, text).transform(parse_tree(text, filename, start="spec"))
 
 
 @pytest.mark.parametrize("text", ["dgx1", "allgather", "  ring  ", "y", "_a1 ", "Ndv2_b9"])
