@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from collc.analysis.bounds import lower_bounds
 from collc.diagnostics import CollcError, SolverError
-from collc.ir.collective import Collective
-from collc.synthesis.candidates import (MIN_PIPELINED_SLOT, Candidate, Result, chunk_choices, problem_for, realize,
+from collc.ir.collective import Collective, CollectiveKind
+from collc.synthesis.candidates import (MIN_CUSTOM_SLOT, MIN_PIPELINED_SLOT, Candidate, Result, chunk_choices, problem_for, realize,
                                        to_result)
 from collc.synthesis.lp import solve_lp
 from collc.synthesis.milp import solve_milp
@@ -35,7 +35,8 @@ from collc.synthesis.timexp import EpochGrid, State, greedy, make_grid
 MILP_VARIABLES = 40_000
 # Rounds are tried while one epoch of the model (chunks x routes) stays below this.
 ROUNDS_VARIABLES = 200_000
-# Pipelining stops splitting chunks below MIN_PIPELINED_SLOT (collc.synthesis.candidates),
+# Pipelining stops splitting chunks below MIN_PIPELINED_SLOT (MIN_CUSTOM_SLOT for a custom
+# collective; collc.synthesis.candidates),
 # and when a doubling gains less than this fraction.
 MIN_GAIN = 0.002
 # The share of the time auto gives the steady-state method before trying the others.
@@ -155,7 +156,9 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
     if base is None or base.collective.chunks != base_chunks:
         base = problem_for(network, collective, size_bytes, base_chunks)
     per_chunk = max(1, base.deliveries) / base_chunks
-    counts = [base_chunks] if choices else _doublings(base_chunks, per_chunk, base.slot_bytes, options.max_ops)
+    floor = MIN_CUSTOM_SLOT if _latency_dealt(collective) else MIN_PIPELINED_SLOT
+    counts = [base_chunks] if choices else _doublings(base_chunks, per_chunk, base.slot_bytes, options.max_ops,
+                                                      floor)
     if bound is None:
         bound = _lower_bound(network, base, size_bytes)
     target = bound * (1 + options.tolerance)
@@ -240,11 +243,27 @@ def _pipelined(network: Network, collective: Collective, size_bytes: int, option
     progress.stage(f"steady: pipelining {chunks} chunks per rank")
     problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
     deadline.work.candidates += 1
-    return realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing)
+    cand = realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing)
+    if not _latency_dealt(collective):
+        return cand
+    deadline.work.candidates += 1
+    aware = realize(pipelined_plan(problem, rates, options.solver, deadline, latency_aware=True), options.timing)
+    return aware if aware.estimate_s < cand.estimate_s else cand
 
 
-def _doublings(base: int, deliveries_per_chunk: float, slot_bytes: float, max_ops: int) -> list[int]:
+def _latency_dealt(collective: Collective) -> bool:
+    """Whether a pipelined candidate is also dealt by latency (`latency_counts`) and the
+    faster kept: for a custom collective, whose destinations are a few ranks behind
+    routes of unequal latency. The standard collectives' and demand matrices' schedules
+    were measured and tuned as they are, and keep them."""
+    return collective.kind is CollectiveKind.CUSTOM and collective.demand is None
+
+
+def _doublings(base: int, deliveries_per_chunk: float, slot_bytes: float, max_ops: int,
+               floor: int = MIN_PIPELINED_SLOT) -> list[int]:
+    """Chunk counts from `base` up, doubling while the ops stay within `max_ops` and the
+    pieces at least `floor` bytes."""
     out = [base]
-    while deliveries_per_chunk * out[-1] * 2 <= max_ops and slot_bytes * base / (out[-1] * 2) >= MIN_PIPELINED_SLOT:
+    while deliveries_per_chunk * out[-1] * 2 <= max_ops and slot_bytes * base / (out[-1] * 2) >= floor:
         out.append(out[-1] * 2)
     return out

@@ -84,8 +84,11 @@ def test_readme_fan_out_splits_over_every_nic(tmp_path):
     # (docs/lower-bounds.md). 1.3x the bandwidth bound alone is below it.
     assert bounds.cut_latency_s == pytest.approx((524288 / 12.5e3 + 18.8) / 4 * 1e-6, rel=1e-6)
     assert bounds.cut_latency_s > 1.3 * bounds.best_s
-    # Whole 32 KiB pieces take at least 16.10 us (the same page).
-    assert 16.10e-6 <= small.estimate_s <= 1.08 * bounds.cut_latency_s
+    # Whole 32 KiB pieces take at least 16.10 us (the same page); 4 KiB pieces dealt by
+    # latency, more of them to rank 0's NIC, come within 1.05 of the bound.
+    verify(small.schedule, topo)
+    assert small.estimate_s <= 1.05 * bounds.cut_latency_s
+    assert small.estimate_s < 16.10e-6
 
 
 @pytest.mark.parametrize("std", [reducescatter(4), standard("reduce", 4, 1, 2)])
