@@ -177,7 +177,7 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
     aimed = next((c for c in counts if fill[c] <= within), None)
     if aimed is not None and aimed > first and per_chunk * aimed <= CHEAP_OPS:
         first = aimed
-    best = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, first, base)
+    best = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, first, base, target)
     tried = [f"spread {SPREADS[0]:.2f}, {first} chunks"]
     first_estimate = best.estimate_s
     improvements = 0
@@ -209,7 +209,7 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
                 break
             nxt = cheap[-1]
         improvements += 1
-        cand = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, nxt, base)
+        cand = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, nxt, base, target)
         if better(cand, f"spread {SPREADS[0]:.2f}, {nxt} chunks") < MIN_GAIN:
             break
     # Improvement 2: other packings as fast as the first (trees only: a flow has one),
@@ -230,7 +230,8 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
             for chunks in [at] + [c for c in counts if c > at][:1]:
                 if best.estimate_s <= target or deadline.fired():
                     break
-                cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, chunks, base)
+                cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, chunks, base,
+                                  target)
                 if better(cand, f"spread {spread:.2f}, {chunks} chunks") < -MIN_GAIN:
                     break  # worse at the same count: more chunks are not tried for it
     facts = {**best.plan.facts, "steady_tried": tried, "tolerance": options.tolerance,
@@ -239,12 +240,15 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
 
 
 def _pipelined(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
-               deadline: Deadline, progress: Progress, rates, chunks: int, base: Problem) -> Candidate:
+               deadline: Deadline, progress: Progress, rates, chunks: int, base: Problem,
+               target: float) -> Candidate:
+    """The rates pipelined at `chunks` per rank; for a custom collective not yet within
+    `target` seconds, also dealt by latency, the faster of the two."""
     progress.stage(f"steady: pipelining {chunks} chunks per rank")
     problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
     deadline.work.candidates += 1
     cand = realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing)
-    if not _latency_dealt(collective):
+    if cand.estimate_s <= target or not _latency_dealt(collective):
         return cand
     deadline.work.candidates += 1
     aware = realize(pipelined_plan(problem, rates, options.solver, deadline, latency_aware=True), options.timing)
