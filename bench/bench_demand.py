@@ -166,8 +166,8 @@ def custom_case(size: str, work: Path, timeout: float) -> dict:
 
 def custom_table(rows: list[dict]) -> str:
     lines = ["The README's `fan_out` (`collc compile my_cluster.coll --request fan_out`):", "",
-             "| size | time | bound | time / bound | bound with latency | time / bound with latency | chunks/rank | ops | "
-             "compile s (wall / CPU) |",
+             "| size | time | bound | time / bound | bound with latency | time / bound with latency | chunks/rank | "
+             "ops | compile s (wall / CPU) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["status"] != 0:

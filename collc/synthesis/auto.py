@@ -14,8 +14,8 @@ from dataclasses import replace
 from collc.analysis.bounds import lower_bounds
 from collc.diagnostics import CollcError, SolverError
 from collc.ir.collective import Collective, CollectiveKind
-from collc.synthesis.candidates import (MIN_CUSTOM_SLOT, MIN_PIPELINED_SLOT, Candidate, Result, chunk_choices, problem_for, realize,
-                                       to_result)
+from collc.synthesis.candidates import (MIN_CUSTOM_SLOT, MIN_PIPELINED_SLOT, Candidate, Result, chunk_choices,
+                                       problem_for, realize, to_result)
 from collc.synthesis.lp import solve_lp
 from collc.synthesis.milp import solve_milp
 from collc.synthesis.network import Network

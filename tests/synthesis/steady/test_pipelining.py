@@ -28,7 +28,8 @@ GBS = 1e9
 def _two_nic_topology() -> Topology:
     """GPUs a and b on a switch (0.7 us, 300 GB/s), each with a NIC link (1 us,
     12.5 GB/s) to GPU c: from a, straight to c or through b, a hop later."""
-    nodes = (Node("a", NodeKind.GPU, 0), Node("b", NodeKind.GPU, 1), Node("c", NodeKind.GPU, 2), Node("sw", NodeKind.SWITCH))
+    nodes = (Node("a", NodeKind.GPU, 0), Node("b", NodeKind.GPU, 1), Node("c", NodeKind.GPU, 2),
+             Node("sw", NodeKind.SWITCH))
     links = []
     for u, v, bw, lat in (("a", "sw", 300, 0.7), ("b", "sw", 300, 0.7), ("a", "c", 12.5, 1.0), ("b", "c", 12.5, 1.0)):
         links += [Link(u, v, bw * GBS, lat * US), Link(v, u, bw * GBS, lat * US)]
