@@ -24,7 +24,8 @@ from collc.synthesis.timing import Timeline, TimingModel, sequence
 # Pipelining stops splitting chunks below this size: per-transfer costs the alpha-beta
 # model leaves out (kernel steps, synchronization) would dominate smaller ones.
 MIN_PIPELINED_SLOT = 32 * 1024
-# A custom collective's pieces may be split down to this size instead: its few
+# A custom collective's pieces may be split down to this size instead where latency
+# decides its time (collc.synthesis.auto, LATENCY_BOUND): its few
 # destinations sit behind routes whose latencies differ by a hop or two (1.4 us through
 # an NVSwitch), and dealing pieces by latency (collc.synthesis.steady.pipelining.
 # latency_counts) evens out such differences only with pieces whose time on the

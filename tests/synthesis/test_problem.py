@@ -91,6 +91,24 @@ def test_readme_fan_out_splits_over_every_nic(tmp_path):
     assert small.estimate_s < 16.10e-6
 
 
+def test_pieces_stay_32_kib_where_latency_does_not_decide():
+    """A custom multicast on dgx1 at 16 MiB: the cut bound with latency is within 5% of
+    the best bound, so its pieces stop at 32 KiB (finer ones only lengthen the compile);
+    at 1 MiB latency decides and they go finer."""
+    c = lambda i: frozenset((ChunkId(0, i),))
+    outs = ((), (c(1),), (c(1),), (), (c(0),), (c(0),), (c(0),), (c(0),))
+    spread = _custom([2, 0, 0, 0, 0, 0, 0, 0], outs, chunks=2)
+    topo = fe.resolve_topology("dgx1")
+    for size, smallest in ((16 << 20, 32 * 1024), (1 << 20, 4 * 1024)):
+        result = synthesize(topo, spread, size, SynthesisOptions(progress=False))
+        verify(result.schedule, topo)
+        piece = size / result.schedule.collective.chunks
+        bounds = lower_bounds(topo, spread, size)
+        assert (bounds.cut_latency_s >= 1.05 * bounds.best_s) == (size == 1 << 20)
+        assert smallest <= piece < 32 * 1024 or size != 1 << 20
+        assert piece >= smallest
+
+
 @pytest.mark.parametrize("std", [reducescatter(4), standard("reduce", 4, 1, 2)])
 def test_a_custom_reduction_in_a_standard_form_is_split_and_composed(std):
     topo = fe.resolve_topology("switch(4)")
