@@ -158,7 +158,7 @@ def custom_case(size: str, work: Path, timeout: float) -> dict:
             "time_us": rep["time_us"], "bound_us": rep["lower_bound_us"], "ratio": rep["ratio_to_lower_bound"],
             "latency_bound_us": rep["lower_bounds"]["cut_latency_us"],
             "latency_ratio": rep["time_us"] / rep["lower_bounds"]["cut_latency_us"],
-            "synth_s": (rep.get("solver") or {}).get("seconds"), "chunks": rep["schedule"].get("chunks"),
+            "synth_s": (rep.get("solver") or {}).get("seconds"), "chunks": rep["schedule"]["chunks_per_rank"],
             "ops": rep["schedule"]["ops"],
         })
     return out
