@@ -21,8 +21,20 @@ command, the synthesis seconds from the report, and NCCL's direct AllToAllv (eve
 block straight to its owner, all at once) where the topology has a switch path between
 every two GPUs. Goals: <= 1.05 of the bound, <= 10 s a compile.
 
+Then the README's custom collective, `fan_out` in its language tour (`my_cluster.coll`,
+read from the README), at each of --custom-sizes (default 1 MiB and 64 MiB):
+
+    collc compile my_cluster.coll --request fan_out -o out/ --report r.json -q
+
+recording the schedule's time over the bound and over the bound with latency (the cut
+with latency windows and late entry, collc.analysis.latency_cut). Goals: at 1 MiB <= 1.05
+of the bound with latency, at 64 MiB <= 1.05 of the bound.
+
     python3 bench/bench_demand.py [--sizes 64MiB,1GiB] [--seed 1] [--timeout 600] [--tolerance F]
+        [--topologies T,...] [--kinds K,...] [--custom-sizes 1MiB,64MiB]
         [--out bench/results/demand.json] [--md bench/results/demand.md] [--label TEXT]
+
+An empty --topologies or --custom-sizes leaves those cases out.
 
 The JSON file is replaced; the Markdown table goes in as a new section at the top.
 """
@@ -119,6 +131,55 @@ def case(topology: str, n: int, kind: str, size: str, rng: np.random.Generator, 
     return out
 
 
+README = Path(__file__).resolve().parents[1] / "README.md"
+FAN_OUT_SIZE = "size 1 MiB;"
+
+
+def readme_program(size: str) -> str:
+    """The README's language tour (`my_cluster.coll`), its fan_out compiled at `size`."""
+    text = README.read_text(encoding="utf-8")
+    program = "// my_cluster.coll\n" + text.split("```\n// my_cluster.coll\n", 1)[1].split("```", 1)[0]
+    if FAN_OUT_SIZE not in program:
+        raise SystemExit(f"the README's fan_out request no longer reads '{FAN_OUT_SIZE}'")
+    amount = size[:-3] + " " + size[-3:] if size[-3:] in ("KiB", "MiB", "GiB") else size
+    return program.replace(FAN_OUT_SIZE, f"size {amount};")
+
+
+def custom_case(size: str, work: Path, timeout: float) -> dict:
+    name = f"fan_out-{size}"
+    (work / f"{name}.coll").write_text(readme_program(size))
+    cmd = ["compile", f"{name}.coll", "--request", "fan_out", "-o", f"{name}-out/", "--report",
+           f"{name}-report.json", "-q"]
+    out = {"collective": "fan_out", "size": size, "command": "collc " + " ".join(cmd)}
+    out.update(run(cmd, work, timeout))
+    if out["status"] == 0:
+        rep = json.loads((work / f"{name}-report.json").read_text())
+        out.update({
+            "time_us": rep["time_us"], "bound_us": rep["lower_bound_us"], "ratio": rep["ratio_to_lower_bound"],
+            "latency_bound_us": rep["lower_bounds"]["cut_latency_us"],
+            "latency_ratio": rep["time_us"] / rep["lower_bounds"]["cut_latency_us"],
+            "synth_s": (rep.get("solver") or {}).get("seconds"), "chunks": rep["schedule"]["chunks_per_rank"],
+            "ops": rep["schedule"]["ops"],
+        })
+    return out
+
+
+def custom_table(rows: list[dict]) -> str:
+    lines = ["The README's `fan_out` (`collc compile my_cluster.coll --request fan_out`):", "",
+             "| size | time | bound | time / bound | bound with latency | time / bound with latency | chunks/rank | "
+             "ops | compile s (wall / CPU) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["status"] != 0:
+            lines.append(f"| {r['size']} | failed ({r['status']}) | - | - | - | - | - | - | "
+                         f"{r['wall_s']:.1f} / {r['cpu_s']:.1f} |")
+            continue
+        lines.append(f"| {r['size']} | {r['time_us']:,.2f} us | {r['bound_us']:,.2f} us | {r['ratio']:.4f} | "
+                     f"{r['latency_bound_us']:,.2f} us | {r['latency_ratio']:.4f} | {r['chunks']} | {r['ops']:,} | "
+                     f"{r['wall_s']:.1f} / {r['cpu_s']:.1f} |")
+    return "\n".join(lines + [""])
+
+
 def table(rows: list[dict], label: str) -> str:
     lines = [f"## {label}", "",
              "| topology | matrix | size/rank | blocks | time / bound | slots move | compile s (wall / CPU) | "
@@ -152,24 +213,31 @@ def main() -> int:
     ap.add_argument("--md", default="bench/results/demand.md")
     ap.add_argument("--label", default="")
     ap.add_argument("--tolerance", default=None, help="passed to collc compile (default: its own, 0.01)")
+    ap.add_argument("--custom-sizes", default="1MiB,64MiB", help="sizes of the README's fan_out")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
-    rows = []
+    rows, custom = [], []
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        for topology in args.topologies.split(","):
+        for topology in filter(None, args.topologies.split(",")):
             for kind in args.kinds.split(","):
                 for size in args.sizes.split(","):
                     r = case(topology, TOPOLOGIES[topology], kind, size, rng, Path(tmp), args.timeout, args.tolerance)
                     print(json.dumps({k: v for k, v in r.items() if k != "stderr"}), flush=True)
                     rows.append(r)
+        for size in filter(None, args.custom_sizes.split(",")):
+            r = custom_case(size, Path(tmp), args.timeout)
+            print(json.dumps({k: v for k, v in r.items() if k != "stderr"}), flush=True)
+            custom.append(r)
     label = args.label or (f"{time.strftime('%Y-%m-%d')}, shared machine, {os.cpu_count()} cores, load "
                            f"{load:.1f} at the start" + (f", --tolerance {args.tolerance}" if args.tolerance else ""))
-    Path(args.out).write_text(json.dumps({"label": label, "seed": args.seed, "rows": rows}, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps({"label": label, "seed": args.seed, "rows": rows, "custom": custom},
+                                         indent=2) + "\n")
     md = Path(args.md)
     head = "# Demand matrices (AllToAllv): `python3 bench/bench_demand.py`\n\n"
     old = md.read_text().split("\n", 2)[2] if md.exists() else ""
-    md.write_text(head + table(rows, label) + "\n" + old)
+    section = table(rows, label) if rows else f"## {label}\n"
+    md.write_text(head + section + "\n" + (custom_table(custom) + "\n" if custom else "") + old)
     return 0
 
 

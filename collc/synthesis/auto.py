@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from collc.analysis.bounds import lower_bounds
+from collc.analysis.bounds import LowerBounds, lower_bounds
 from collc.diagnostics import CollcError, SolverError
-from collc.ir.collective import Collective
-from collc.synthesis.candidates import (MIN_PIPELINED_SLOT, Candidate, Result, chunk_choices, problem_for, realize,
-                                       to_result)
+from collc.ir.collective import Collective, CollectiveKind
+from collc.synthesis.candidates import (MIN_CUSTOM_SLOT, MIN_PIPELINED_SLOT, Candidate, Result, chunk_choices,
+                                       problem_for, realize, to_result)
 from collc.synthesis.lp import solve_lp
 from collc.synthesis.milp import solve_milp
 from collc.synthesis.network import Network
@@ -35,9 +35,13 @@ from collc.synthesis.timexp import EpochGrid, State, greedy, make_grid
 MILP_VARIABLES = 40_000
 # Rounds are tried while one epoch of the model (chunks x routes) stays below this.
 ROUNDS_VARIABLES = 200_000
-# Pipelining stops splitting chunks below MIN_PIPELINED_SLOT (collc.synthesis.candidates),
+# Pipelining stops splitting chunks below MIN_PIPELINED_SLOT (MIN_CUSTOM_SLOT for a custom
+# collective; collc.synthesis.candidates),
 # and when a doubling gains less than this fraction.
 MIN_GAIN = 0.002
+# A custom collective's pieces go under MIN_PIPELINED_SLOT where the cut bound with
+# latency is at least this fraction above the best bound (_latency_bound).
+LATENCY_BOUND = 0.05
 # The share of the time auto gives the steady-state method before trying the others.
 STEADY_SHARE = 0.85
 # A steady-state schedule this close to the lower bound ends the search.
@@ -102,11 +106,12 @@ def _auto(network: Network, collective: Collective, size_bytes: int, options: Sy
     base_chunks = choices[0] if choices else collective.chunks
     base = problem_for(network, collective, size_bytes, base_chunks)
     found: list[Candidate] = []
-    bound = _lower_bound(network, base, size_bytes)
+    bounds = _lower_bounds(network, base, size_bytes)
+    bound = bounds.best_s
     # Steady state first: its LP is quick, and for large messages nothing beats it.
     try:
         share = deadline.share(STEADY_SHARE)
-        found.append(_best_steady(network, collective, size_bytes, options, share, progress, choices, bound, base))
+        found.append(_best_steady(network, collective, size_bytes, options, share, progress, choices, bounds, base))
     except (NotApplicable, SolverError):
         pass  # the time-expanded methods below still answer
     if found and found[0].estimate_s <= bound * (1 + NEAR_BOUND):
@@ -126,8 +131,8 @@ def _auto(network: Network, collective: Collective, size_bytes: int, options: Sy
     return min(found, key=lambda c: (c.estimate_s, c.plan.method))
 
 
-def _lower_bound(network: Network, problem: Problem, size_bytes: int) -> float:
-    return lower_bounds(network.topology, problem.collective, size_bytes).best_s
+def _lower_bounds(network: Network, problem: Problem, size_bytes: int) -> LowerBounds:
+    return lower_bounds(network.topology, problem.collective, size_bytes)
 
 
 def _time_expanded_method(problem: Problem, grid: EpochGrid, per_epoch: int) -> Method | None:
@@ -142,7 +147,7 @@ def _time_expanded_method(problem: Problem, grid: EpochGrid, per_epoch: int) -> 
 
 def _best_steady(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
                  deadline: Deadline, progress: Progress, choices: list[int] | None,
-                 bound: float | None = None, base: Problem | None = None) -> Candidate:
+                 bounds: LowerBounds | None = None, base: Problem | None = None) -> Candidate:
     """Steady-state rates, one pipelined schedule at the chunk count whose predicted fill
     is small (FIRST_TARGET), then improvement steps while the schedule is further than
     the tolerance from the lower bound and the last step gained at least MIN_GAIN (for
@@ -155,9 +160,15 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
     if base is None or base.collective.chunks != base_chunks:
         base = problem_for(network, collective, size_bytes, base_chunks)
     per_chunk = max(1, base.deliveries) / base_chunks
-    counts = [base_chunks] if choices else _doublings(base_chunks, per_chunk, base.slot_bytes, options.max_ops)
-    if bound is None:
-        bound = _lower_bound(network, base, size_bytes)
+    if bounds is None:
+        bounds = _lower_bounds(network, base, size_bytes)
+    bound = bounds.best_s
+    # Where latency decides a custom collective's time, its pieces go finer and each
+    # candidate is also dealt by latency.
+    by_latency = _latency_dealt(collective) and _latency_bound(bounds)
+    floor = MIN_CUSTOM_SLOT if by_latency else MIN_PIPELINED_SLOT
+    counts = [base_chunks] if choices else _doublings(base_chunks, per_chunk, base.slot_bytes, options.max_ops,
+                                                      floor)
     target = bound * (1 + options.tolerance)
     progress.stage("steady: rate LP")
     rates = solve_rates(base, options.solver, deadline, progress, spread=SPREADS[0])
@@ -174,7 +185,8 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
     aimed = next((c for c in counts if fill[c] <= within), None)
     if aimed is not None and aimed > first and per_chunk * aimed <= CHEAP_OPS:
         first = aimed
-    best = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, first, base)
+    best = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, first, base,
+                      target if by_latency else None)
     tried = [f"spread {SPREADS[0]:.2f}, {first} chunks"]
     first_estimate = best.estimate_s
     improvements = 0
@@ -206,7 +218,8 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
                 break
             nxt = cheap[-1]
         improvements += 1
-        cand = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, nxt, base)
+        cand = _pipelined(network, collective, size_bytes, options, deadline, progress, rates, nxt, base,
+                          target if by_latency else None)
         if better(cand, f"spread {SPREADS[0]:.2f}, {nxt} chunks") < MIN_GAIN:
             break
     # Improvement 2: other packings as fast as the first (trees only: a flow has one),
@@ -227,7 +240,8 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
             for chunks in [at] + [c for c in counts if c > at][:1]:
                 if best.estimate_s <= target or deadline.fired():
                     break
-                cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, chunks, base)
+                cand = _pipelined(network, collective, size_bytes, options, deadline, progress, other, chunks, base,
+                                  target if by_latency else None)
                 if better(cand, f"spread {spread:.2f}, {chunks} chunks") < -MIN_GAIN:
                     break  # worse at the same count: more chunks are not tried for it
     facts = {**best.plan.facts, "steady_tried": tried, "tolerance": options.tolerance,
@@ -236,15 +250,44 @@ def _best_steady(network: Network, collective: Collective, size_bytes: int, opti
 
 
 def _pipelined(network: Network, collective: Collective, size_bytes: int, options: SynthesisOptions,
-               deadline: Deadline, progress: Progress, rates, chunks: int, base: Problem) -> Candidate:
+               deadline: Deadline, progress: Progress, rates, chunks: int, base: Problem,
+               latency_target: float | None) -> Candidate:
+    """The rates pipelined at `chunks` per rank; where a `latency_target` is given and
+    the candidate is not within it, also dealt by latency (`latency_counts`), the faster
+    of the two."""
     progress.stage(f"steady: pipelining {chunks} chunks per rank")
     problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
     deadline.work.candidates += 1
-    return realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing)
+    cand = realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing)
+    if latency_target is None or cand.estimate_s <= latency_target:
+        return cand
+    deadline.work.candidates += 1
+    aware = realize(pipelined_plan(problem, rates, options.solver, deadline, latency_aware=True), options.timing)
+    return aware if aware.estimate_s < cand.estimate_s else cand
 
 
-def _doublings(base: int, deliveries_per_chunk: float, slot_bytes: float, max_ops: int) -> list[int]:
+def _latency_dealt(collective: Collective) -> bool:
+    """Whether pipelined candidates may be dealt by latency (`latency_counts`) and cut
+    under MIN_PIPELINED_SLOT: for a custom collective, whose destinations are a few
+    ranks behind routes of unequal latency. The standard collectives' and demand
+    matrices' schedules were measured and tuned as they are, and keep them."""
+    return collective.kind is CollectiveKind.CUSTOM and collective.demand is None
+
+
+def _latency_bound(bounds: LowerBounds) -> bool:
+    """Whether latency decides the time: the cut bound with latency windows is at least
+    LATENCY_BOUND above the best bound. Pieces under MIN_PIPELINED_SLOT pay off there
+    (the README's fan_out at 1 MiB, 1.45x); elsewhere they mostly shorten the pipeline's
+    fill, for many more ops (a custom multicast on dgx1 at 16 MiB, 1.01x: 4,096 chunks
+    per rank, 1.5% sooner, five times the compile's CPU time)."""
+    return bounds.cut_latency_s >= bounds.best_s * (1 + LATENCY_BOUND)
+
+
+def _doublings(base: int, deliveries_per_chunk: float, slot_bytes: float, max_ops: int,
+               floor: int = MIN_PIPELINED_SLOT) -> list[int]:
+    """Chunk counts from `base` up, doubling while the ops stay within `max_ops` and the
+    pieces at least `floor` bytes."""
     out = [base]
-    while deliveries_per_chunk * out[-1] * 2 <= max_ops and slot_bytes * base / (out[-1] * 2) >= MIN_PIPELINED_SLOT:
+    while deliveries_per_chunk * out[-1] * 2 <= max_ops and slot_bytes * base / (out[-1] * 2) >= floor:
         out.append(out[-1] * 2)
     return out

@@ -24,6 +24,17 @@ from collc.synthesis.timing import Timeline, TimingModel, sequence
 # Pipelining stops splitting chunks below this size: per-transfer costs the alpha-beta
 # model leaves out (kernel steps, synchronization) would dominate smaller ones.
 MIN_PIPELINED_SLOT = 32 * 1024
+# A custom collective's pieces may be split down to this size instead where latency
+# decides its time (collc.synthesis.auto, LATENCY_BOUND): its few
+# destinations sit behind routes whose latencies differ by a hop or two (1.4 us through
+# an NVSwitch), and dealing pieces by latency (collc.synthesis.steady.pipelining.
+# latency_counts) evens out such differences only with pieces whose time on the
+# narrowest link is well under them. A 32 KiB piece holds a 12.5 GB/s NIC for 2.6 us
+# and no schedule of such pieces brings the README's fan_out at 1 MiB within 1.05 of
+# its latency bound (docs/lower-bounds.md); a 4 KiB piece holds it for 0.33 us. The
+# per-transfer costs the model leaves out weigh more at this size: the JSON and CuPy
+# backends run such schedules (the MSCCL XML backend takes only standard collectives).
+MIN_CUSTOM_SLOT = 4 * 1024
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ trees (or paths) in proportion to their shares, and ordered so that the list sch
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -93,9 +94,66 @@ def whole_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int],
     return {key: [int(round(res.values[j])) for j in cols[key]] for key in keys}
 
 
+def structure_fill(net: Network, routes: tuple[int, ...], slot_bytes: float) -> float:
+    """Seconds until one chunk sent alone down a tree or path (routes parents first) has
+    reached every rank: each route starts once its sender holds the chunk and the links
+    it shares with the structure's earlier routes are free again (a rank sending to two
+    children waits for the first send's hold, not for its arrival)."""
+    arrival = {net.routes[routes[0]].src: 0.0}
+    link_free: dict[int, float] = {}
+    last = 0.0
+    for ri in routes:
+        r = net.routes[ri]
+        start = max([arrival.get(r.src, 0.0)] + [link_free.get(l, 0.0) for l in r.links])
+        for l in r.links:
+            link_free[l] = start + slot_bytes / net.links[l].capacity
+        arrival[r.dst] = start + r.seconds(slot_bytes)
+        last = max(last, arrival[r.dst])
+    return last
+
+
+def structure_beat(net: Network, routes: tuple[int, ...], slot_bytes: float) -> float:
+    """Seconds a tree or path's busiest link is held per chunk: the interval at which it
+    takes chunk after chunk once full."""
+    held: dict[int, float] = defaultdict(float)
+    for ri in routes:
+        for l in net.routes[ri].links:
+            held[l] += slot_bytes / net.links[l].capacity
+    return max(held.values(), default=0.0)
+
+
+def latency_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int]) -> dict[tuple, list[int]]:
+    """Chunks per structure that let every structure of a class finish together when
+    latency counts: structure s with n chunks is done after about fill_s + (n - 1) x
+    beat_s (`structure_fill`, `structure_beat`), and each chunk goes in turn to the
+    structure that would finish it first. The rate LP's shares ignore latency: on the
+    README's fan_out at 1 MiB the chunk for the other server leaves through rank 0's NIC
+    1.4 us sooner than through the other three (a hop through NVSwitch first), so equal
+    shares leave rank 0's NIC idle for the last 1.4 us. Links that several structures
+    share are not counted: the caller times both dealings and keeps the faster."""
+    net = problem.network
+    out: dict[tuple, list[int]] = {}
+    for key in sorted(sizes):
+        structures = [routes for routes, _ in rates.shares[key]]
+        fills = [structure_fill(net, routes, problem.slot_bytes) for routes in structures]
+        beats = [structure_beat(net, routes, problem.slot_bytes) for routes in structures]
+        counts = [0] * len(structures)
+        # (finish with one more chunk, index): the index breaks ties, so the dealing is
+        # the same on every machine.
+        heap = [(fills[i], i) for i in range(len(structures))]
+        heapq.heapify(heap)
+        for _ in range(sizes[key]):
+            _, i = heapq.heappop(heap)
+            counts[i] += 1
+            heapq.heappush(heap, (fills[i] + counts[i] * beats[i], i))
+        out[key] = counts
+    return out
+
+
 def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions | None = None,
-                   deadline: Deadline | None = None) -> Plan:
-    """Chunks of every class dealt to its trees (or paths) in proportion to their shares.
+                   deadline: Deadline | None = None, latency_aware: bool = False) -> Plan:
+    """Chunks of every class dealt to its trees (or paths) in proportion to their shares
+    (`latency_aware`: by `latency_counts` instead).
 
     Each tree's chunks are spread evenly over the fluid time T: chunk j of n should be
     everywhere by (j + 1) / n x T. A transfer's order key is that target minus the
@@ -103,7 +161,7 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
     and every tree drains at the same moment; a transfer to a rank that forwards the data
     goes RELAY_LEAD x T earlier still, so that forwarding links never wait for data. The
     list scheduler then follows the keys."""
-    paced = paced_transfers(problem, rates, options, deadline)
+    paced = paced_transfers(problem, rates, options, deadline, latency_aware=latency_aware)
     transfers = tuple(map(Transfer, paced.commodity.tolist(), paced.route.tolist(), range(len(paced.key))))
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
                 {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
@@ -123,7 +181,8 @@ class PacedTransfers:
 
 
 def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOptions | None = None,
-                    deadline: Deadline | None = None, lead: float | None = None) -> PacedTransfers:
+                    deadline: Deadline | None = None, lead: float | None = None,
+                    latency_aware: bool = False) -> PacedTransfers:
     """The transfers of `pipelined_plan`, sorted, with their order keys; a transfer to a
     rank that forwards goes `lead` x T ahead of its pace (None: RELAY_LEAD)."""
     lead = RELAY_LEAD if lead is None else lead
@@ -147,7 +206,9 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
     if missing:
         raise NotApplicable(f"the rate LP gave no route to class {missing[0]}")
     sizes = {key: len(coms) for key, coms in by_class.items()}
-    if rates.replicated:
+    if latency_aware:
+        whole = latency_counts(problem, rates, sizes)
+    elif rates.replicated:
         # Rounded alike for every source of an orbit, so that the replicated loads stay even.
         whole = {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
     elif options is not None and deadline is not None and not deadline.fired():
