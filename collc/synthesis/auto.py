@@ -240,7 +240,7 @@ def _pipelined(network: Network, collective: Collective, size_bytes: int, option
     progress.stage(f"steady: pipelining {chunks} chunks per rank")
     problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
     deadline.work.candidates += 1
-    return replace(realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing), rates=rates)
+    return realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing)
 
 
 def _doublings(base: int, deliveries_per_chunk: float, slot_bytes: float, max_ops: int) -> list[int]:

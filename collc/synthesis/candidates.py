@@ -19,7 +19,6 @@ from collc.synthesis.network import Network
 from collc.synthesis.plan import Plan, Status
 from collc.synthesis.problem import Problem, build_problem, refinable, refine
 from collc.synthesis.solver import Deadline
-from collc.synthesis.steady.solution import RateSolution
 from collc.synthesis.timing import Timeline, TimingModel, sequence
 
 # Pipelining stops splitting chunks below this size: per-transfer costs the alpha-beta
@@ -58,9 +57,6 @@ class Candidate:
     scratch: tuple[int, ...]
     estimate_s: float
     chunks: int
-    # The steady-state rates it was pipelined from, where it was (a direct AllReduce
-    # reuses a half's own rates for its pipeline's ends).
-    rates: RateSolution | None = None
 
     @property
     def ops(self) -> OpList:

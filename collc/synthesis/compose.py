@@ -140,7 +140,6 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     land = kind is CollectiveKind.REDUCESCATTER and whole and chunks > 1
     ops, scratch, last_write = reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops), land)
     plans = [up.plan]
-    down_rates = up.rates
     if kind is CollectiveKind.ALLREDUCE:
         if mirror:
             down_plan, down_ops = up.plan, up_ops
@@ -148,7 +147,7 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
             progress.stage("allreduce: synthesizing the allgather half")
             inner = replace(halves, chunks=chunks)
             down = choose(forward, base, size_bytes, inner, deadline, progress)
-            down_plan, down_ops, down_rates = down.plan, down.ops, down.rates
+            down_plan, down_ops = down.plan, down.ops
             plans.append(down_plan)
         more, extra = gather_ops(down_ops, chunks, last_write, len(ops), 1 + max(op.step for op in ops))
         ops += more
@@ -170,7 +169,7 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     cand = Candidate(sched_plan, timeline, scratch, timeline.seconds, chunks)
     if kind is CollectiveKind.ALLREDUCE and collective.kind is kind:  # custom-labelled: the composition
         cand = direct.keep_better(cand, topology, forward, backward, collective, size_bytes, options, deadline,
-                                  progress, (up.rates, down_rates))
+                                  progress)
     return to_result(cand, collective, topology, deadline)
 
 

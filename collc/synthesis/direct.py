@@ -112,16 +112,14 @@ def joint_rates(forward: Network, backward: Network, collective: Collective, siz
 def with_own_rates(rates: JointRates, forward: Network, backward: Network, collective: Collective,
                    size_bytes: int, options: SynthesisOptions, deadline: Deadline, progress: Progress) -> JointRates:
     """`rates` with each half's own rate LP solved, where it is not yet."""
+    if rates.reduce_alone is not None and rates.gather_alone is not None:
+        return rates
     base = _base(collective)
-    reduce_alone, gather_alone = rates.reduce_alone, rates.gather_alone
-    if reduce_alone is None:
-        progress.stage("allreduce: the reductions' own rate LP, for the pipeline's ends")
-        reduce_alone = solve_rates(problem_for(backward, base, size_bytes, base.chunks), options.solver, deadline,
-                                   progress)
-    if gather_alone is None:
-        progress.stage("allreduce: the gatherings' own rate LP, for the pipeline's ends")
-        gather_alone = solve_rates(problem_for(forward, base, size_bytes, base.chunks), options.solver, deadline,
-                                   progress)
+    progress.stage("allreduce: each half's own rate LP, for the pipeline's ends")
+    reduce_alone = solve_rates(problem_for(backward, base, size_bytes, base.chunks), options.solver, deadline,
+                               progress)
+    gather_alone = solve_rates(problem_for(forward, base, size_bytes, base.chunks), options.solver, deadline,
+                               progress)
     return replace(rates, reduce_alone=reduce_alone, gather_alone=gather_alone)
 
 
@@ -265,16 +263,13 @@ def _plan(problem: Problem, paced: PacedTransfers, relabel: dict[int, int] | Non
 
 def keep_better(composed: Candidate, topology: Topology, forward: Network, backward: Network,
                 collective: Collective, size_bytes: int, options: SynthesisOptions, deadline: Deadline,
-                progress: Progress, own: tuple[RateSolution | None, RateSolution | None] = (None, None)
-                ) -> Candidate:
+                progress: Progress) -> Candidate:
     """The composed AllReduce, or the direct one where that is faster under the model.
 
     The direct one is tried only where the composition is further than the tolerance
     from the lower bound and the joint LP's time promises at least MIN_PROMISE less;
     every decision follows modelled times, so the answer does not depend on the
-    machine. Recorded in the plan's facts either way. `own`: the rates the
-    composition's ReduceScatter and AllGather were pipelined from, where it has them
-    (the direct pipeline's ends run on them; solved here otherwise)."""
+    machine. Recorded in the plan's facts either way."""
     if options.method not in (Method.AUTO, Method.STEADY) or deadline.fired():
         return composed
     bound = lower_bounds(topology, collective, size_bytes).best_s
@@ -287,7 +282,6 @@ def keep_better(composed: Candidate, topology: Topology, forward: Network, backw
     facts: dict[str, Any] = {"direct_fluid_s": rates.seconds, "composed_estimate_s": composed.estimate_s}
     best = composed
     if rates.seconds <= composed.estimate_s * (1 - MIN_PROMISE):
-        rates = replace(rates, reduce_alone=own[0], gather_alone=own[1])
         rates = with_own_rates(rates, forward, backward, collective, size_bytes, options, deadline, progress)
         tried = []
         for chunks in piece_counts(collective, size_bytes, options):
