@@ -158,11 +158,13 @@ def direct_candidate(forward: Network, backward: Network, collective: Collective
         assert rates.reduce_alone is not None and rates.gather_alone is not None
         # Pieces are paced in index order within every GPU's chunk: the last `ends`
         # indices are gathered last, and (paced last in the reversed AllGather) reduced first.
+        # Their trees are dealt by rounding the shares, without the MIP for the best
+        # whole counts: few pieces take them (on dgx_h100(nodes=2), where the direct
+        # AllReduce is tried and loses, the MIPs cost half the compile again).
         up_ends = _last_pieces(up, chunks, ends)
-        paced_up = _on_own_trees(paced_up, paced_transfers(up, rates.reduce_alone, options.solver, deadline), up_ends)
+        paced_up = _on_own_trees(paced_up, paced_transfers(up, rates.reduce_alone), up_ends)
         down_ends = _last_pieces(down, chunks, ends)
-        paced_down = _on_own_trees(paced_down, paced_transfers(down, rates.gather_alone, options.solver, deadline),
-                                   down_ends)
+        paced_down = _on_own_trees(paced_down, paced_transfers(down, rates.gather_alone), down_ends)
     unit = rates.seconds / KEY_STEPS
     low = min(float(paced_up.key.min(initial=0.0)), float(paced_down.key.min(initial=0.0)))
     up_plan = _plan(up, paced_up, relabel, low, unit, rates.reduce)
