@@ -74,11 +74,12 @@ DIRECT_LEAD = 0.05
 # pay for (measured: 2.5-4% on dgx2(chassis=2)).
 MIN_PROMISE = 0.02
 # Share of every GPU's pieces, at each end of the pipeline, that runs on its half's own
-# trees (module docstring). dgx2(chassis=2), 1 GiB, pieces per chunk at each end (the
-# model's time over the bound; none: 1.0746 is 1 of 16 ... ):
-#   128 pieces: none 1.0252, 2 1.0157, 4 1.0165, 8 1.0101;
+# trees (module docstring). dgx2(chassis=2), 1 GiB, the model's time over the bound by
+# pieces at each end:
+#   128 pieces: none 1.0252, 2 1.0157, 4 1.0165, 8 1.0101, 16 1.0114;
 #    64 pieces: none 1.0368, 1 1.0246, 2 1.0241, 4 1.0191, 8 1.0188;
-#    16 pieces: none 1.1138, 1 1.0746, 4 1.0799.
+#    32 pieces (erratic): none 1.0572, 1 1.0480, 2 1.0553, 4 1.0421, 8 1.0601;
+#    16 pieces: none 1.1138, 1 1.0746, 2 1.1009, 4 1.0799.
 END_SHARE = 1 / 16
 # ... from this many pieces on (at 8 pieces one at each end: 1.190 instead of 1.249; at
 # 4: 1.423 instead of 1.410).
@@ -213,6 +214,7 @@ def _on_own_trees(joint: PacedTransfers, alone: PacedTransfers, chosen: np.ndarr
     take = np.isin(alone.commodity, chosen)
     moved = alone.key[take]
     if len(moved):
+        # Shifted to start one key step (of alone's scale) after joint's last key.
         moved = moved - moved.min() + joint.key[keep].max(initial=0.0) + alone.key.max(initial=0.0) / KEY_STEPS
     # Both parts are sorted and the moved keys all come later: joined, they stay sorted,
     # each part's ties in its own order.

@@ -139,7 +139,8 @@ def test_synthesis_keeps_the_direct_allreduce_where_it_beats_the_composition(dgx
     facts = result.facts
     assert facts["allreduce"] == "direct"
     assert result.estimate_s < facts["composed_estimate_s"] * 0.98
-    assert result.estimate_s / bound < 1.03  # the composition: 1.0506
+    # The composition: 1.0506; the direct AllReduce with joint trees at its ends too: 1.0252.
+    assert result.estimate_s / bound < 1.015
     assert [t["chunks"] for t in facts["direct_tried"]] == [128, 64]
     assert simulate(result.schedule, topo, GIB).time_s == pytest.approx(result.estimate_s, rel=1e-9)
 
