@@ -16,6 +16,13 @@ reduction ends. Pieces are matched so that the one whose gathering is paced firs
 the one whose reduction ends first; the list scheduler then interleaves both halves by
 their order keys (seconds of fluid time), which puts the gathering of early pieces
 beside the reduction of later ones.
+
+The pipeline's two ends run one half alone: the first pieces are reduced before any
+gathering can start, the last ones gathered after every reduction has ended. Trees
+packed for both halves at once are slow there (each half's links were shared with the
+other), so the pieces reduced first take the ReduceScatter's own trees (its rate LP
+alone) and the pieces gathered last the AllGather's own trees: a share END_SHARE of
+every GPU's pieces at each end.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline
 from collc.synthesis.steady.colgen import SPREADS
 from collc.synthesis.steady.pipelining import PacedTransfers, paced_transfers
+from collc.synthesis.steady.rates import solve_rates
 from collc.synthesis.steady.solution import NotApplicable, RateSolution
 from collc.synthesis.steady.trees import joint_tree_rates
 from collc.synthesis.timing import sequence
@@ -65,6 +73,17 @@ DIRECT_LEAD = 0.05
 # schedule by at least this share: both halves' pipeline fill and drain are left to
 # pay for (measured: 2.5-4% on dgx2(chassis=2)).
 MIN_PROMISE = 0.02
+# Share of every GPU's pieces, at each end of the pipeline, that runs on its half's own
+# trees (module docstring). dgx2(chassis=2), 1 GiB, the model's time over the bound by
+# pieces at each end:
+#   128 pieces: none 1.0252, 2 1.0157, 4 1.0165, 8 1.0101, 16 1.0114;
+#    64 pieces: none 1.0368, 1 1.0246, 2 1.0241, 4 1.0191, 8 1.0188;
+#    32 pieces (erratic): none 1.0572, 1 1.0480, 2 1.0553, 4 1.0421, 8 1.0601;
+#    16 pieces: none 1.1138, 1 1.0746, 2 1.1009, 4 1.0799.
+END_SHARE = 1 / 16
+# ... from this many pieces on (at 8 pieces one at each end: 1.190 instead of 1.249; at
+# 4: 1.423 instead of 1.410).
+ENDS_FROM = 8
 
 
 @dataclass(frozen=True)
@@ -75,6 +94,10 @@ class JointRates:
     seconds: float
     reduce: RateSolution
     gather: RateSolution
+    # Each half's own LP (as the composition's), for the ends of the pipeline: solved
+    # only once a pipeline is built (with_own_rates).
+    reduce_alone: RateSolution | None = None
+    gather_alone: RateSolution | None = None
 
 
 def joint_rates(forward: Network, backward: Network, collective: Collective, size_bytes: int,
@@ -85,6 +108,20 @@ def joint_rates(forward: Network, backward: Network, collective: Collective, siz
     progress.stage("allreduce: one rate LP for the reductions and the gatherings")
     reduce, gather = joint_tree_rates((up, down), options.solver, deadline, progress, SPREADS[0], ALONE_WEIGHT)
     return JointRates(reduce.seconds, reduce, gather)
+
+
+def with_own_rates(rates: JointRates, forward: Network, backward: Network, collective: Collective,
+                   size_bytes: int, options: SynthesisOptions, deadline: Deadline, progress: Progress) -> JointRates:
+    """`rates` with each half's own rate LP solved, where it is not yet."""
+    if rates.reduce_alone is not None and rates.gather_alone is not None:
+        return rates
+    base = _base(collective)
+    progress.stage("allreduce: each half's own rate LP, for the pipeline's ends")
+    reduce_alone = solve_rates(problem_for(backward, base, size_bytes, base.chunks), options.solver, deadline,
+                               progress)
+    gather_alone = solve_rates(problem_for(forward, base, size_bytes, base.chunks), options.solver, deadline,
+                               progress)
+    return replace(rates, reduce_alone=reduce_alone, gather_alone=gather_alone)
 
 
 def piece_counts(collective: Collective, size_bytes: int, options: SynthesisOptions) -> list[int]:
@@ -114,10 +151,23 @@ def direct_candidate(forward: Network, backward: Network, collective: Collective
     down = problem_for(forward, base, size_bytes, chunks)
     paced_up = paced_transfers(up, rates.reduce, options.solver, deadline, DIRECT_LEAD)
     paced_down = paced_transfers(down, rates.gather, options.solver, deadline, DIRECT_LEAD)
-    unit = rates.seconds / KEY_STEPS
-    low = min(float(paced_up.key.min(initial=0.0)), float(paced_down.key.min(initial=0.0)))
     # Reductions carry the piece whose gathering is paced in the same place of the order.
     relabel = _match_pieces(up, paced_up, paced_down, rates.seconds)
+    ends = end_pieces(chunks)
+    if ends:
+        rates = with_own_rates(rates, forward, backward, collective, size_bytes, options, deadline, progress)
+        assert rates.reduce_alone is not None and rates.gather_alone is not None
+        # Pieces are paced in index order within every GPU's chunk: the last `ends`
+        # indices are gathered last, and (paced last in the reversed AllGather) reduced first.
+        # Their trees are dealt by rounding the shares, without the MIP for the best
+        # whole counts: few pieces take them (on dgx_h100(nodes=2), where the direct
+        # AllReduce is tried and loses, the MIPs cost half the compile again).
+        up_ends = _last_pieces(up, chunks, ends)
+        paced_up = _on_own_trees(paced_up, paced_transfers(up, rates.reduce_alone), up_ends)
+        down_ends = _last_pieces(down, chunks, ends)
+        paced_down = _on_own_trees(paced_down, paced_transfers(down, rates.gather_alone), down_ends)
+    unit = rates.seconds / KEY_STEPS
+    low = min(float(paced_up.key.min(initial=0.0)), float(paced_down.key.min(initial=0.0)))
     up_plan = _plan(up, paced_up, relabel, low, unit, rates.reduce)
     down_plan = _plan(down, paced_down, None, low, unit, rates.gather)
     red_ops, scratch, done = reduction_ops(up_plan, CollectiveKind.ALLREDUCE, forward)
@@ -142,6 +192,35 @@ def direct_candidate(forward: Network, backward: Network, collective: Collective
                  + sum(len(v) for v in rates.gather.shares.values())})
     plan = replace(plan, problem=replace(plan.problem, collective=fine))
     return Candidate(plan, timeline, scratch if any(scratch) else (), timeline.seconds, chunks)
+
+
+def end_pieces(chunks: int) -> int:
+    """Pieces of every GPU's chunk, at each end of the pipeline, on their half's own trees:
+    none below ENDS_FROM pieces, where so few are left in the middle that the ends are
+    most of the run."""
+    return max(1, int(chunks * END_SHARE)) if chunks >= ENDS_FROM else 0
+
+
+def _last_pieces(problem: Problem, chunks: int, count: int) -> np.ndarray:
+    """The commodities of every GPU's last `count` pieces."""
+    return np.fromiter((k for k, com in enumerate(problem.commodities) if com.chunk[1] >= chunks - count),
+                       dtype=np.int64)
+
+
+def _on_own_trees(joint: PacedTransfers, alone: PacedTransfers, chosen: np.ndarray) -> PacedTransfers:
+    """`joint` with the transfers of the `chosen` commodities taken from `alone` instead,
+    keyed after all of joint's (in their own order): paced last, as in `joint`."""
+    keep = ~np.isin(joint.commodity, chosen)
+    take = np.isin(alone.commodity, chosen)
+    moved = alone.key[take]
+    if len(moved):
+        # Shifted to start one key step (of alone's scale) after joint's last key.
+        moved = moved - moved.min() + joint.key[keep].max(initial=0.0) + alone.key.max(initial=0.0) / KEY_STEPS
+    # Both parts are sorted and the moved keys all come later: joined, they stay sorted,
+    # each part's ties in its own order.
+    return PacedTransfers(np.concatenate([joint.key[keep], moved]),
+                          np.concatenate([joint.commodity[keep], alone.commodity[take]]),
+                          np.concatenate([joint.route[keep], alone.route[take]]))
 
 
 def _base(collective: Collective) -> Collective:
@@ -207,6 +286,7 @@ def keep_better(composed: Candidate, topology: Topology, forward: Network, backw
     facts: dict[str, Any] = {"direct_fluid_s": rates.seconds, "composed_estimate_s": composed.estimate_s}
     best = composed
     if rates.seconds <= composed.estimate_s * (1 - MIN_PROMISE):
+        rates = with_own_rates(rates, forward, backward, collective, size_bytes, options, deadline, progress)
         tried = []
         for chunks in piece_counts(collective, size_bytes, options):
             if deadline.fired():
