@@ -73,6 +73,13 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
     out = []
     for value in sorted(wanted, key=lambda v: (len(v), ordered[v])):
         chunks = ordered[value]
+        if len(chunks) == 1:
+            # One chunk (every value of an AllToAll, a million at 1,024 ranks): its
+            # holders are the chunk's, and its needers the ranks wanting it outside them.
+            hs = plain.get(chunks[0])
+            if hs is not None:
+                out.append(Requirement(value, chunks, (hs,), frozenset(wanted[value]) - hs))
+                continue
         holders = list(map(plain.get, chunks))
         if None in holders:
             if containing is None:
