@@ -80,6 +80,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -476,10 +477,33 @@ def _grouped_volume(topology: Topology, family: tuple[Requirement, ...], slot: f
     return max((slot * messages / cap for cap in (entering, leaving) if cap > 0), default=0.0)
 
 
-def _messages_between(family: tuple[Requirement, ...], group_of: tuple[int, ...]) -> int:
-    counts: dict[tuple, int] = {}
-    messages = 0
+def _single_pairs(family: tuple[Requirement, ...]) -> tuple[np.ndarray, np.ndarray, tuple[Requirement, ...]]:
+    """The requirements of one chunk held by one rank and needed by one rank (all of an
+    AllToAll's) as (holder ranks, needer ranks), and the others."""
+    holder: list[int] = []
+    needer: list[int] = []
+    rest: list[Requirement] = []
     for req in family:
+        holders, needers = req.holders, req.needers
+        if len(holders) == 1 and len(holders[0]) == 1 and len(needers) == 1:
+            holder.extend(holders[0])
+            needer.extend(needers)
+        else:
+            rest.append(req)
+    return np.array(holder, dtype=np.intp), np.array(needer, dtype=np.intp), tuple(rest)
+
+
+def _messages_between(family: tuple[Requirement, ...], group_of: tuple[int, ...],
+                      pairs: tuple[np.ndarray, np.ndarray, tuple[Requirement, ...]] | None = None) -> int:
+    """The least messages between groups over the family (`_messages_for` summed).
+    `pairs`: the family's `_single_pairs`, where the caller has them. A one-chunk
+    requirement with one holder h and one needer d costs one message when h and d are
+    in different groups, none otherwise: counted on arrays."""
+    holder, needer, rest = pairs if pairs is not None else _single_pairs(family)
+    groups = np.asarray(group_of, dtype=np.intp)
+    messages = int(np.count_nonzero(groups[holder] != groups[needer])) if len(holder) else 0
+    counts: dict[tuple, int] = {}
+    for req in rest:
         # Requirements alike up to their chunks' names count alike (AllReduce: all of them).
         key = (req.holders, req.needers)
         if key not in counts:
@@ -499,9 +523,10 @@ def _volume_bound(topology: Topology, needed: tuple[Requirement, ...], slot: flo
     # Partitions that group the GPUs alike (one per group, with or without their NICs)
     # count the same messages: at 1,024 GPUs an AllToAll has a million requirements.
     counted: dict[tuple[int, ...], int] = {}
+    pairs = _single_pairs(family)
     for part in parts:
         if part.group_of not in counted:
-            counted[part.group_of] = _messages_between(family, part.group_of)
+            counted[part.group_of] = _messages_between(family, part.group_of, pairs)
         value = _grouped_volume(topology, family, slot, part, counted[part.group_of])
         if value > best * (1 + 1e-12):
             best, name = value, part.name
@@ -586,7 +611,37 @@ def _minimal_of_family(family: tuple[frozenset, ...]) -> list[frozenset]:
 
 def _latency_bound(topology: Topology, needed: tuple[Requirement, ...], dist: np.ndarray) -> float:
     """max over (requirement, needer d, minimal holder set A without d) of the least
-    latency from A to d; a maximum, so any order of the comparisons gives the same float."""
+    latency from A to d; a maximum, so any order of the comparisons gives the same float.
+
+    Requirements whose holder sets are each one rank (every one of an AllToAll, an
+    AllGather, a ReduceScatter) have those ranks as their minimal sets: their terms are
+    dist[h, d] for every holder h and needer d != h, gathered into arrays and maximised
+    at once. Where one of them is infinite, the requirements are gone through in order,
+    so that the error names the first unreachable one."""
+    holder: list[int] = []
+    needer: list[int] = []
+    rest: list[Requirement] = []
+    for req in needed:
+        holders = req.holders
+        if all(len(hs) == 1 for hs in holders):
+            ranks = sorted({h for hs in holders for h in hs})
+            for d in req.needers:
+                others = [h for h in ranks if h != d]
+                holder.extend(others)
+                needer.extend(repeat(d, len(others)))
+        else:
+            rest.append(req)
+    best = 0.0
+    if holder:
+        terms = dist[np.array(holder, dtype=np.intp), np.array(needer, dtype=np.intp)]
+        if np.isinf(terms).any():
+            return _latency_bound_in_order(topology, needed, dist)
+        best = float(terms.max())
+    return max(best, _latency_bound_in_order(topology, tuple(rest), dist))
+
+
+def _latency_bound_in_order(topology: Topology, needed: tuple[Requirement, ...], dist: np.ndarray) -> float:
+    """`_latency_bound` requirement by requirement, raising for the first unreachable."""
     best = 0.0
     seen: set = set()
     for req in needed:
@@ -627,6 +682,11 @@ def _raise_unreachable(topology: Topology, req: Requirement, options: tuple, d: 
 
 # (holder-set options as node indices, needers as node indices, weight)
 _Group = tuple[tuple[tuple[int, ...], ...], tuple[int, ...], float]
+
+
+def _is_pair(opts: tuple[tuple[int, ...], ...], need: tuple[int, ...]) -> bool:
+    """A group of one holder set of one node and one needer (an AllToAll's)."""
+    return len(opts) == 1 and len(opts[0]) == 1 and len(need) == 1
 
 
 class _CutModel:
@@ -703,7 +763,7 @@ class _CutModel:
         self.pairs = np.zeros((size, size))
         rest = []
         for opts, need, w in self.groups:
-            if len(opts) == 1 and len(opts[0]) == 1 and len(need) == 1:
+            if _is_pair(opts, need):
                 self.pairs[opts[0][0], need[0]] += w
             else:
                 rest.append((opts, need, w))
@@ -970,8 +1030,16 @@ class _CutModel:
             return v
 
         gens = symmetry.generators(self.topology)
-        groups = {(frozenset(opts), frozenset(need), w) for opts, need, w in self.groups} if gens else set()
+        # The one-holder, one-needer groups (an AllToAll's million) are the matrix
+        # `pairs`, one entry per group (its weight): g maps them onto themselves iff
+        # the matrix with rows and columns permuted by g is the same. The other groups
+        # are compared as sets.
+        groups = {(frozenset(opts), frozenset(need), w) for opts, need, w in self.groups
+                  if not _is_pair(opts, need)} if gens else set()
         for g in gens:
+            perm = np.asarray(g, dtype=np.intp)
+            if self.has_pairs and not np.array_equal(self.pairs[np.ix_(perm, perm)], self.pairs):
+                continue  # the demand breaks this symmetry
             image = {(frozenset(tuple(sorted(int(g[n]) for n in a)) for a in opts),
                       frozenset(int(g[n]) for n in need), w) for opts, need, w in groups}
             if image != groups:

@@ -68,11 +68,17 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
     containing = _containing(collective) if plain is None else None
     if plain is None:
         plain = _plain_holders(containing, shared)
-    # Sorted chunk tuples once per value: they order the values and become `chunks`.
-    ordered = {v: tuple(sorted(v)) for v in wanted}
+    ordered: dict[Value, tuple[ChunkId, ...]] = {}
     out = []
-    for value in sorted(wanted, key=lambda v: (len(v), ordered[v])):
+    for value in _by_size_then_chunks(wanted, ordered):
         chunks = ordered[value]
+        if len(chunks) == 1:
+            # One chunk (every value of an AllToAll, a million at 1,024 ranks): its
+            # holders are the chunk's, and its needers the ranks wanting it outside them.
+            hs = plain.get(chunks[0])
+            if hs is not None:
+                out.append(Requirement(value, chunks, (hs,), frozenset(wanted[value]) - hs))
+                continue
         holders = list(map(plain.get, chunks))
         if None in holders:
             if containing is None:
@@ -85,6 +91,24 @@ def requirements(collective: Collective) -> tuple[Requirement, ...]:
         needers = frozenset(wanted[value]) - everywhere
         out.append(Requirement(value, chunks, tuple(holders), needers))
     return tuple(out)
+
+
+def _by_size_then_chunks(values: Iterable[Value], ordered: dict[Value, tuple[ChunkId, ...]]) -> list[Value]:
+    """The values by (size, sorted chunks), and into `ordered` each one's sorted chunks
+    (they become a requirement's `chunks`). Sorted size by size on C-level keys: an
+    AllToAll has a million values of one chunk, which a Python key function per value
+    took seconds to order. No two values have the same chunks: the order is the same
+    as one sort by (size, chunks)."""
+    by_size: dict[int, list[Value]] = {}
+    for value in values:
+        by_size.setdefault(len(value), []).append(value)
+    out: list[Value] = []
+    for size in sorted(by_size):
+        group = by_size[size]
+        ordered.update(zip(group, map(tuple, group)) if size == 1 else ((v, tuple(sorted(v))) for v in group))
+        group.sort(key=ordered.__getitem__)
+        out += group
+    return out
 
 
 def _wanted(collective: Collective) -> dict[Value, set[int] | frozenset[int]]:

@@ -1,4 +1,5 @@
-"""The standard library's ring algorithms (stdlib/algorithms/ring.coll), built in Python.
+"""The standard library's ring algorithms (stdlib/algorithms/ring.coll) and its direct
+AllToAll (stdlib/algorithms/direct.coll), built in Python.
 
 Interpreting ring.coll costs tens of microseconds per op (every index expression is
 evaluated by the tree-walking interpreter), and the ring AllReduce on 256 ranks has
@@ -7,6 +8,10 @@ these loops instead: the same statements in the same order, so the same ops, wit
 same dependencies and steps (both derived by `_Program.add`) and the same origins (each
 op points at the ring.coll statement it comes from). tests/stdlib interprets ring.coll
 and compares, so the two cannot drift apart. A user's algorithm is always interpreted.
+
+The direct AllToAll is the baseline every AllToAll compile is compared with: at 1,024
+ranks it is a million ops, which the interpreter took minutes to build (and on a rail
+cluster the verifier then refuses at its tenth op).
 """
 
 from __future__ import annotations
@@ -345,14 +350,37 @@ def _ring_allreduce(program: Any, coll: Collective, ring: Sequence[int], stmts: 
     program.columns = out.finish()
 
 
-Builder = Callable[[Any, Collective, Sequence[int], list[ast.Stmt]], None]
+def _direct_alltoall(program: Any, coll: Collective, ring: Sequence[int] | None, stmts: list[ast.Stmt]) -> bool:
+    """direct.coll: for s, r, i: copy in[s][r * chunks + i] -> out[r][s * chunks + i]. The
+    ops touch distinct slots (each output slot written once, each input slot read
+    once), so they are one batch: no dependencies, all at step 0. Not built (False,
+    nothing added) where a buffer is not `ranks x chunks` slots: the interpreter then
+    words the out-of-range error."""
+    (copy,) = (s.span for s in stmts)
+    n, c = coll.ranks, coll.chunks
+    if any(len(b) != n * c for b in coll.inputs) or any(len(b) != n * c for b in coll.outputs):
+        return False
+    out = _Batches(program, coll, n * n * c)
+    inp, outp, _ = out.bases(n)
+    s = np.repeat(np.arange(n, dtype=np.int64), n * c)  # loop order: s, then r, then i
+    r = np.tile(np.repeat(np.arange(n, dtype=np.int64), c), n)
+    i = np.tile(np.arange(c, dtype=np.int64), n * n)
+    out.add(np.arange(n * n * c), COPY, inp[s] + r * c + i, outp[r] + s * c + i, copy)
+    program.columns = out.finish()
+    return True
+
+
+# A builder returns False where it does not apply to the collective (and has added
+# nothing): the algorithm is interpreted then. None: built.
+Builder = Callable[[Any, Collective, Sequence[int] | None, list[ast.Stmt]], bool | None]
 
 # (module, algorithm, collective) -> builder, and the statement count it expects (a
-# changed ring.coll falls back to the interpreter rather than mislabel ops).
+# changed ring.coll or direct.coll falls back to the interpreter rather than mislabel ops).
 BUILDERS: dict[tuple[str, str, str], tuple[Builder, int]] = {
     ("algorithms.ring", "ring", "allgather"): (_ring_allgather, 3),
     ("algorithms.ring", "ring", "reducescatter"): (_ring_reducescatter, 8),
     ("algorithms.ring", "ring", "allreduce"): (_ring_allreduce, 5),
+    ("algorithms.direct", "direct", "alltoall"): (_direct_alltoall, 1),
 }
 
 

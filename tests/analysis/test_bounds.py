@@ -271,3 +271,16 @@ def test_stdlib_topologies_reproduce_the_teccl_figures():
     ndv2 = frontend.resolve_topology("ndv2")
     lb = lower_bounds(ndv2, allgather(ndv2.num_ranks), SIZE)
     assert lb.cut_s == approx(0.040) and lb.dominant == "cut"
+
+
+@pytest.mark.parametrize("spec", ["alltoall", "alltoall(chunks=2)", "allgather", "allreduce"])
+def test_messages_counted_on_arrays_equal_requirement_by_requirement(spec):
+    """The grouped volume's count of one-chunk, one-holder, one-needer requirements on
+    arrays equals `_messages_for` summed, over partitions of ranks into groups."""
+    from collc.analysis.bounds import _messages_between, _messages_for
+    import collc.frontend as fe
+    from collc.analysis.demand import disjoint_requirements
+
+    family = disjoint_requirements(tuple(r for r in requirements(fe.resolve_collective(spec, 8)) if r.needers))
+    for group_of in [tuple(range(8)), (0, 0, 1, 1, 2, 2, 3, 3), (0, 1, 0, 1, 0, 1, 0, 1), (0,) * 7 + (1,)]:
+        assert _messages_between(family, group_of) == sum(_messages_for(r, group_of) for r in family)

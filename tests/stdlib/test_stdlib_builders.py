@@ -9,6 +9,7 @@ import pytest
 
 import collc.frontend as fe
 from collc.frontend.eval.algorithm import instantiate
+from collc.diagnostics import CollcError
 from collc.frontend.stdlib_builders import builder_for
 
 
@@ -202,3 +203,39 @@ def test_batches_follow_program_add_on_random_conflict_free_batches():
 
 def emit_slot(emit, rank: int, buffer: int, index: int) -> int:
     return (rank * 3 + buffer) * emit.width + index
+
+
+@pytest.mark.parametrize("topo_spec, chunks", [("switch(n=1)", 1), ("switch(n=4)", 2), ("ring(n=4)", 1), ("dgx1", 1)])
+def test_built_direct_alltoall_equals_interpreted(topo_spec, chunks):
+    topo = fe.resolve_topology(topo_spec)
+    collective = fe.resolve_collective(f"alltoall(chunks={chunks})", topo.num_ranks)
+    entry = fe.stdlib_view().lookup_algorithm("direct", "alltoall", None)
+    assert builder_for(entry.module.stdlib_name, entry.defn) is not None
+
+    def made(interpret: bool):
+        try:
+            return instantiate(entry, topo, collective, [], None, interpret=interpret)
+        except CollcError as err:  # refused: the same error both ways
+            return (err.message, err.span, err.notes)
+
+    built, interpreted = made(False), made(True)
+    assert built == interpreted
+    if not isinstance(built, tuple):
+        assert [op.origin for op in built.ops] == [op.origin for op in interpreted.ops]
+        assert built.meta == interpreted.meta
+
+
+def test_direct_alltoall_refused_on_a_rail_cluster_at_its_first_cross_rail_op():
+    """On dgx_h100 the direct AllToAll (the baseline of every AllToAll compile) is
+    refused: node[0].g[0] has no switch path to node[1].g[1]. The built schedule gets
+    the interpreter's error, op number included."""
+    topo = fe.resolve_topology("dgx_h100(nodes=2)")
+    collective = fe.resolve_collective("alltoall", topo.num_ranks)
+    entry = fe.stdlib_view().lookup_algorithm("direct", "alltoall", None)
+    errors = []
+    for interpret in (False, True):
+        with pytest.raises(CollcError) as err:
+            instantiate(entry, topo, collective, [], None, interpret=interpret)
+        errors.append((err.value.message, err.value.span, err.value.notes))
+    assert errors[0] == errors[1]
+    assert errors[0][0].startswith("op 9 sends from node[0].g[0] to node[1].g[1]")

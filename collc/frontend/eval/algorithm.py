@@ -92,8 +92,9 @@ def _mentions(stmts: Sequence[ast.Stmt], name: str) -> bool:
 def instantiate(entry: Entry, topology: Topology, collective: Collective,
                 args: Sequence[tuple[str | None, Any, Span]], call_span: Span | None,
                 interpret: bool = False) -> Schedule:
-    """The algorithm's verified schedule. The standard library's ring algorithms are run
-    by `stdlib_builders` (the same ops, faster); `interpret=True` interprets them anyway."""
+    """The algorithm's verified schedule. The standard library's ring algorithms and its
+    direct AllToAll are run by `stdlib_builders` (the same ops, faster); `interpret=True`
+    interprets them anyway."""
     defn = entry.defn
     assert isinstance(defn, ast.AlgorithmDef)
     if defn.collective != collective.name:
@@ -120,18 +121,15 @@ def instantiate(entry: Entry, topology: Topology, collective: Collective,
     program = _Program(collective)
     scope = params_scope(base, defn, bound)
     built = None
-    if not interpret and ring is not None:
+    if not interpret and entry.is_stdlib:
         # The builders work on numpy arrays, whose import costs about 0.1 s: loaded where
-        # a ring algorithm is instantiated, not by every command that loads the front end
-        # (`collc check` of a pipeline file needs no numpy at all).
+        # a standard library algorithm is instantiated, not by every command that loads
+        # the front end (`collc check` of a pipeline file needs no numpy at all).
         from collc.frontend.stdlib_builders import builder_for
 
         built = builder_for(entry.module.stdlib_name, defn)
     with called_from(f"algorithm {defn.name} for {collective.name} on {topology.name}", call_span):
-        if built is not None:
-            build, stmts = built
-            build(program, collective, ring, stmts)
-        else:
+        if built is None or built[0](program, collective, ring, built[1]) is False:
             _AlgorithmRunner(ev, program).run(defn.body, scope.child())
     scratch = () if program.scratch is None else (program.scratch,) * collective.ranks
     meta: dict[str, Any] = {"source": "algorithm", "algorithm": defn.name, "module": entry.where,
