@@ -139,7 +139,15 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     # the landings' extra steps at one chunk per rank, where it has no fewer chunks to
     # ask for, asks for the chained sums instead (options.landings, collc.driver).
     land = kind is CollectiveKind.REDUCESCATTER and whole and options.landings
-    ops, scratch, last_write = reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops), land)
+    order = _start_order(up_ops.ops)
+    ops, scratch, last_write = reduction_ops(up.plan, kind, forward, order, land)
+    if land and chunks == 1 and len(ops) > options.max_ops:
+        # At one chunk per rank no fewer chunks can make room for the landings' local
+        # adds: there they must fit the op budget as well (the 1,024-GPU ReduceScatter's
+        # do not: about twice the ops, and its compile ran past 18 CPU minutes and 7 GiB
+        # with them, against 4 to 8 minutes chained).
+        land = False
+        ops, scratch, last_write = reduction_ops(up.plan, kind, forward, order)
     plans = [up.plan]
     if kind is CollectiveKind.ALLREDUCE:
         if mirror:
@@ -162,8 +170,8 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
         # the faster of the two, the chained one on a tie (fewer ops). Where the
         # landings keep the pace of the AllGather they reverse, the chained sums (the
         # same transfers, each waiting for the one before) are not list-scheduled too:
-        # on 1,024 GPUs that is a second pass over a million ops.
-        chained, chained_scratch, _ = reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops))
+        # on a large cluster that would be a second pass over every op.
+        chained, chained_scratch, _ = reduction_ops(up.plan, kind, forward, order)
         other = sequence(chained, forward, fine.slot_bytes(size_bytes), options.timing)
         if other.seconds <= timeline.seconds:
             timeline, scratch, landings = other, chained_scratch, 0

@@ -178,3 +178,7 @@ def test_without_landings_partial_sums_are_chained():
                      SynthesisOptions(progress=False, chunks=1, landings=False))
     assert not any(op.is_transfer and op.kind is OpKind.COPY for op in res.schedule.ops)
     assert "landings" not in res.facts
+    # At one chunk, the landings' local adds must fit the op budget too.
+    small = synthesize(topo, standard("reducescatter", 8, 1), 1 << 30,
+                       SynthesisOptions(progress=False, chunks=1, max_ops=len(res.schedule.ops)))
+    assert "landings" not in small.facts and small.schedule.ops == res.schedule.ops
