@@ -54,11 +54,12 @@ def schedule_pipeline(job: CompileJob) -> str:
 
 
 def _capped(passes: list, max_ops: int | None, max_peers: int | None = None,
-            peer_limit: int | None = None) -> list:
+            peer_limit: int | None = None, landings: bool = True) -> list:
     """The pipeline with its synthesize pass limited to `max_ops` ops, where the user set
     neither chunks nor max_ops, and to `max_peers` peers per GPU (where a GPU would
     otherwise have more than `peer_limit`), where the user did not set it (a choice the
-    user made is never overridden)."""
+    user made is never overridden); with `landings` False, a ReduceScatter's partial
+    sums chained."""
     out = []
     for p in passes:
         if p.name == "synthesize":
@@ -66,12 +67,15 @@ def _capped(passes: list, max_ops: int | None, max_peers: int | None = None,
                 p = replace(p, max_ops=max_ops)
             if max_peers is not None and p.max_peers == type(p).max_peers:
                 p = replace(p, max_peers=max_peers, peer_limit=peer_limit or 0)
+            if not landings:
+                p = replace(p, landings=False)
         out.append(p)
     return out
 
 
 def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int | None = None,
-                     peer_limit: int | None = None) -> tuple[CompileUnit, dict[str, Any] | None]:
+                     peer_limit: int | None = None, landings: bool = True
+                     ) -> tuple[CompileUnit, dict[str, Any] | None]:
     """Run the schedule-producing passes; return the unit and the solver's facts (if any)."""
     unit = CompileUnit(job.topology, job.collective, job.size_bytes)
     if job.algorithm:
@@ -84,8 +88,8 @@ def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int
                   "status": "hand-written", "optimal": None, "epochs": None, "variables": 0, "constraints": 0}
         return unit, solver
     passes = parse_pipeline(schedule_pipeline(job), job.span)
-    if max_ops is not None or max_peers is not None:
-        passes = _capped(passes, max_ops, max_peers, peer_limit)
+    if max_ops is not None or max_peers is not None or not landings:
+        passes = _capped(passes, max_ops, max_peers, peer_limit, landings)
     unit = PassManager(passes).run(unit)
     return unit, unit.notes.get("synthesize")
 
@@ -100,16 +104,18 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
     peers than the runtime takes, within its peers per GPU wherever the packing would
     exceed them; while lowering hits the runtime's limits, it is asked for at most the
     backend's peers per GPU (once, where a GPU had too many peers), else for half the
-    ops."""
+    ops, or, where a ReduceScatter's landed partial sums leave no fewer ops to ask for,
+    for its sums chained (fewer steps)."""
     lowering = back.lowering(options)
     budget = back.op_budget(job.collective.ranks) if back.op_budget and not job.algorithm else None
     limit = _peer_limit(job, back, options) if budget is not None else None
     peers: int | None = back.peer_budget if limit is not None else None
     forced = False  # max_peers applied whatever the packing
+    landings = True  # a ReduceScatter's partial sums may land in scratch (collc.synthesis.compose)
     halved_from: float = float("inf")  # ops of the schedule refused when the op budget was last halved
     refused: list[str] = []  # why the runtime refused earlier schedules, for the report
     for attempt in range(BUDGET_RETRIES + 1):
-        unit, solver = produce_schedule(job, budget, peers, None if forced else limit)
+        unit, solver = produce_schedule(job, budget, peers, None if forced else limit, landings)
         if not lowering:
             return unit, solver
         ops = len(unit.schedule.ops)
@@ -137,7 +143,13 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
             # budget has nothing left to halve, so that is known without trying (a
             # 1,024-GPU AllReduce spent 7 minutes finding it out).
             if ops <= job.collective.ranks or ops >= halved_from or (solver or {}).get("chunks") == 1:
-                raise
+                if not (solver or {}).get("landings"):
+                    raise
+                # The landings' local adds are the steps left to give up (one chunk per
+                # rank, where a 1,024-GPU ReduceScatter is): chained, each partial sum
+                # is one step fewer at the rank that adds it.
+                landings = False
+                continue
             halved_from = ops
             budget = max(1, min(budget, ops) // 2)
             continue
@@ -145,6 +157,7 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
             # The schedule the user gets was asked for within these limits, after the
             # runtime refused the ones before it.
             solver = {**solver, "backend_max_ops": budget, "backend_max_peers": peers, "refused_by_backend": refused,
+                      **({} if landings else {"backend_landings": False}),
                       **({"backend_peer_limit": limit} if limit is not None and not forced else {})}
         elif limit is not None and solver is not None:
             solver = {**solver, "backend_peer_limit": limit, "backend_max_peers": peers}

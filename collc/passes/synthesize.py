@@ -30,6 +30,7 @@ class Synthesize(Pass):
     max_peers: int = 0  # most distinct peers per GPU where trees are replicated over identical nodes; 0: no limit
     peer_limit: int = 0  # apply max_peers only where a GPU would otherwise have more peers than this; 0: always
     nodes: str = "auto"  # AllReduce over identical nodes: auto (where the flat composition exceeds max_ops), on, off
+    landings: bool = True  # ReduceScatter: partial sums may land in scratch (off: chained, fewer steps)
 
     def __post_init__(self) -> None:
         known = [m.value for m in Method]
@@ -54,7 +55,7 @@ class Synthesize(Pass):
                                 mip_gap=self.mip_gap, threads=self.threads, seed=self.seed, epochs=self.epochs,
                                 progress=self.progress, max_ops=self.max_ops,
                                 tolerance=self.tolerance, max_peers=self.max_peers,
-                                peer_limit=self.peer_limit, nodes=self.nodes)
+                                peer_limit=self.peer_limit, nodes=self.nodes, landings=self.landings)
 
     def run(self, unit: CompileUnit) -> CompileUnit:
         if unit.collective is None or unit.topology is None:

@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, allgather, broadcast, standard
-from collc.ir.schedule import Buffer, Op
+from collc.ir.schedule import Buffer, Op, OpKind
 from collc.ir.topology import Topology
 from collc.synthesis import direct, nodes
 from collc.synthesis.signals import NotOverNodes
@@ -131,14 +131,23 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     fine = replace(fine, name=collective.name, root=collective.root, kind=collective.kind)
     up_ops = up.ops
     # A ReduceScatter's partial sums may land in scratch where several reach one rank
-    # (see reduction_ops): on dgx_h100(nodes=4), 1.004 of the bound instead of 1.045. Not
-    # for an AllReduce, whose MSCCL XML already runs out of threadblocks on dgx2
-    # (1.232 instead of 1.054 with them), nor for a node's part of a composition over
-    # nodes, whose ops the batches pay for.
-    # At one chunk per rank a backend that refuses the landings' extra steps has no
-    # fewer chunks to ask for (collc.driver), so there the sums stay chained.
-    land = kind is CollectiveKind.REDUCESCATTER and whole and chunks > 1
-    ops, scratch, last_write = reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops), land)
+    # (see reduction_ops): on dgx_h100(nodes=4), 1.004 of the bound instead of 1.045;
+    # at one chunk per rank, 1.027 instead of 1.105 on dgx_h100(nodes=32), the
+    # AllGather's own time. Not for an AllReduce, whose MSCCL XML already runs out of
+    # threadblocks on dgx2 (1.232 instead of 1.054 with them), nor for a node's part of
+    # a composition over nodes, whose ops the batches pay for. A backend that refuses
+    # the landings' extra steps at one chunk per rank, where it has no fewer chunks to
+    # ask for, asks for the chained sums instead (options.landings, collc.driver).
+    land = kind is CollectiveKind.REDUCESCATTER and whole and options.landings
+    order = _start_order(up_ops.ops)
+    ops, scratch, last_write = reduction_ops(up.plan, kind, forward, order, land)
+    if land and chunks == 1 and len(ops) > options.max_ops:
+        # At one chunk per rank no fewer chunks can make room for the landings' local
+        # adds: there they must fit the op budget as well (the 1,024-GPU ReduceScatter's
+        # do not: about twice the ops, and its compile ran past 18 CPU minutes and 7 GiB
+        # with them, against 4 to 8 minutes chained).
+        land = False
+        ops, scratch, last_write = reduction_ops(up.plan, kind, forward, order)
     plans = [up.plan]
     if kind is CollectiveKind.ALLREDUCE:
         if mirror:
@@ -153,18 +162,23 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
         ops += more
         scratch = tuple(a + b for a, b in zip(scratch, extra)) if extra else scratch
     timeline = sequence(ops, forward, fine.slot_bytes(size_bytes), options.timing)
-    if land:
+    # A landing is the one transfer that copies rather than reduces (reduction_ops).
+    landings = sum(op.is_transfer and op.kind is OpKind.COPY for op in ops) if land else 0
+    if landings and timeline.seconds > up.estimate_s:
         # The list scheduler is greedy, and with the landings it can do worse (on a
         # two-chassis cluster of 4 GPUs, 1.125 of the bound against 1.0625 chained):
-        # the faster of the two, the chained one on a tie (fewer ops).
-        chained, chained_scratch, _ = reduction_ops(up.plan, kind, forward, _start_order(up_ops.ops))
+        # the faster of the two, the chained one on a tie (fewer ops). Where the
+        # landings keep the pace of the AllGather they reverse, the chained sums (the
+        # same transfers, each waiting for the one before) are not list-scheduled too:
+        # on a large cluster that would be a second pass over every op.
+        chained, chained_scratch, _ = reduction_ops(up.plan, kind, forward, order)
         other = sequence(chained, forward, fine.slot_bytes(size_bytes), options.timing)
         if other.seconds <= timeline.seconds:
-            timeline, scratch = other, chained_scratch
+            timeline, scratch, landings = other, chained_scratch, 0
     scratch = scratch if any(scratch) else ()
     status = combined_status([p.status for p in plans])
     plan = Plan(up.plan.problem, up.plan.transfers, up.plan.method, status, up.plan.epochs, up.plan.stats,
-                {**up.plan.facts, "composed_from": base.kind.value})
+                {**up.plan.facts, "composed_from": base.kind.value, **({"landings": landings} if landings else {})})
     sched_plan = replace(plan, problem=replace(plan.problem, collective=fine))
     cand = Candidate(sched_plan, timeline, scratch, timeline.seconds, chunks)
     if kind is CollectiveKind.ALLREDUCE and collective.kind is kind:  # custom-labelled: the composition

@@ -47,6 +47,9 @@ class SynthesisOptions:
     # AllReduce over identical nodes (collc.synthesis.nodes): "auto" where the flat
     # composition cannot keep to max_ops, "on", "off".
     nodes: str = "auto"
+    # A ReduceScatter's partial sums after the first into one rank may land in scratch
+    # (collc.synthesis.compose); off, they are chained (fewer ops and MSCCL XML steps).
+    landings: bool = True
 
     @property
     def solver(self) -> SolverOptions:

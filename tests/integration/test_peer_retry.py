@@ -10,7 +10,7 @@ import pytest
 from collc import driver, frontend
 from collc.backends import BackendOptions, get_backend
 from collc.backends.msccl_xml.limits import LimitError, PeerLimitError
-from collc.ir.schedule import rank_peers
+from collc.ir.schedule import OpKind, rank_peers
 from collc.passes.base import CompileUnit, Pass, register_pass
 
 PEERS = 8
@@ -44,12 +44,42 @@ def asked(monkeypatch) -> list[tuple[int | None, ...]]:
     calls: list[tuple[int | None, ...]] = []
     produce = driver.produce_schedule
 
-    def recording(job, max_ops=None, max_peers=None, peer_limit=None):
-        calls.append((max_ops, max_peers) if peer_limit is None else (max_ops, max_peers, peer_limit))
-        return produce(job, max_ops, max_peers, peer_limit)
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True):
+        call = (max_ops, max_peers) if peer_limit is None else (max_ops, max_peers, peer_limit)
+        calls.append(call if landings else (*call, "chained"))
+        return produce(job, max_ops, max_peers, peer_limit, landings)
 
     monkeypatch.setattr(driver, "produce_schedule", recording)
     return calls
+
+
+@register_pass
+@dataclass(frozen=True)
+class _RefuseLandings(Pass):
+    """A stand-in for a runtime that has no room for a ReduceScatter's landings: the
+    local adds of partial sums landed in scratch."""
+
+    name = "test-refuse-landings"
+    summary = "fail on a schedule with landed partial sums (tests)"
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        if any(op.is_transfer and op.kind is OpKind.COPY for op in unit.schedule.ops):
+            raise LimitError("too many steps")
+        return unit
+
+
+def test_landings_refused_at_one_chunk_asks_for_chained_partial_sums(asked):
+    # At one chunk per rank there are no fewer chunks to ask for: the partial sums are
+    # chained instead, one step fewer for each landing.
+    topo = frontend.resolve_topology("dgx1")
+    job = driver.CompileJob(topo, frontend.resolve_collective("reducescatter", 8), 1 << 30,
+                            pipeline="synthesize{chunks=1}")
+    back = replace(get_backend("msccl-xml"), lowering=lambda options: "test-refuse-landings")
+    unit, solver = driver.schedule_for_backend(job, back, BackendOptions())
+    assert asked == [(8192, None), (8192, None, "chained")]
+    assert not any(op.is_transfer and op.kind is OpKind.COPY for op in unit.schedule.ops)
+    assert solver["refused_by_backend"] == ["too many steps"] and solver["backend_landings"] is False
+    assert "landings" not in solver
 
 
 def _job(nodes: int) -> driver.CompileJob:
@@ -132,8 +162,8 @@ def test_halving_stops_once_it_no_longer_gives_fewer_ops(monkeypatch):
     chunks: list[int] = []
     produce = driver.produce_schedule
 
-    def recording(job, max_ops=None, max_peers=None, peer_limit=None):
-        unit, solver = produce(job, max_ops, max_peers, peer_limit)
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True):
+        unit, solver = produce(job, max_ops, max_peers, peer_limit, landings)
         sizes.append(len(unit.schedule.ops))
         chunks.append(solver["chunks"])
         return unit, solver

@@ -153,10 +153,32 @@ def test_landings_are_kept_only_where_they_are_faster():
     assert not any(op.is_transfer and op.kind is OpKind.COPY for op in res.schedule.ops)
 
 
-def test_at_one_chunk_per_rank_partial_sums_stay_chained():
+def test_at_one_chunk_per_rank_partial_sums_land_too():
+    from collc.analysis.bounds import lower_bounds
     from topos import dgx1
 
-    # A backend that refuses the landings' extra steps could ask for no fewer chunks.
+    # One chunk per rank is what the MSCCL budget leaves a 1,024-GPU ReduceScatter.
+    # Chained there, its partial sums into a relay waited for each other: 3.00 of the
+    # bound on dgx1 (1.044 on dgx_h100(nodes=128)). Landed: 1.29, the AllGather's pace.
     topo = dgx1()
-    res = synthesize(topo, standard("reducescatter", 8, 1), 1 << 30, SynthesisOptions(progress=False, chunks=1))
+    coll = standard("reducescatter", 8, 1)
+    res = synthesize(topo, coll, 1 << 30, SynthesisOptions(progress=False, chunks=1))
+    verify(res.schedule, topo)
+    assert res.schedule.collective.chunks == 1
+    assert res.estimate_s / lower_bounds(topo, coll, 1 << 30).best_s < 1.5
+    assert res.facts["landings"] == sum(op.is_transfer and op.kind is OpKind.COPY for op in res.schedule.ops) > 0
+
+
+def test_without_landings_partial_sums_are_chained():
+    from topos import dgx1
+
+    # What a backend that refuses the landings' extra steps at one chunk asks for.
+    topo = dgx1()
+    res = synthesize(topo, standard("reducescatter", 8, 1), 1 << 30,
+                     SynthesisOptions(progress=False, chunks=1, landings=False))
     assert not any(op.is_transfer and op.kind is OpKind.COPY for op in res.schedule.ops)
+    assert "landings" not in res.facts
+    # At one chunk, the landings' local adds must fit the op budget too.
+    small = synthesize(topo, standard("reducescatter", 8, 1), 1 << 30,
+                       SynthesisOptions(progress=False, chunks=1, max_ops=len(res.schedule.ops)))
+    assert "landings" not in small.facts and small.schedule.ops == res.schedule.ops
