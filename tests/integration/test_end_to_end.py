@@ -48,5 +48,9 @@ def test_hand_written(topology, collective, tmp_path):
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 @pytest.mark.parametrize("collective", SYNTHESIZED)
 def test_synthesized(topology, collective, tmp_path):
-    _check_outputs(_job(topology, collective, None, "synthesize{time_limit=20 progress=false}"), tmp_path,
+    # At 1 MiB the steady AllToAll is not within 5% of its bound, so auto also
+    # runs the time-expanded MILP, which on dgx1 uses all the time it is given and loses
+    # to the steady schedule: a shorter limit keeps the test's time, not its checks.
+    limit = 8 if collective == "alltoall" else 20
+    _check_outputs(_job(topology, collective, None, f"synthesize{{time_limit={limit} progress=false}}"), tmp_path,
                    inplace=False)
