@@ -59,7 +59,10 @@ def test_worker_processes_give_the_one_process_answer(ranks, folder, tmp_path, c
     path = ranks if folder == "ranks" else TRACES
     if not path.exists():
         pytest.skip("sample data not present")
-    _same(read_traces([path], workers=2), read_traces([path], workers=1))
+    if folder == "ranks":
+        # The records themselves, field by field (the shared samples, 16 s of reading
+        # for the four reads, are compared by their whole JSON below).
+        _same(read_traces([path], workers=2), read_traces([path], workers=1))
     assert _profile_json(capsys, tmp_path, path, "--workers", "2") == \
         _profile_json(capsys, tmp_path, path, "--workers", "1")
 
