@@ -148,11 +148,4 @@ def _reaching(residual: dict[Node, dict[Node, float]], sink: Node) -> set[Node]:
         for v, room in out.items():
             if room > 0.0:
                 into[v].append(u)
-    seen = {sink}
-    stack = [sink]
-    while stack:
-        for u in into[stack.pop()]:
-            if u not in seen:
-                seen.add(u)
-                stack.append(u)
-    return seen
+    return _reached(into, sink)
