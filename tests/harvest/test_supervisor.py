@@ -239,10 +239,15 @@ try:
     killed = time.monotonic()
     m.proc.kill()
     m.proc.wait()
+    def running(p):
+        # A process can exit between any two looks at it: gone is not running.
+        try:
+            return psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
     alive = pids
     while alive and time.monotonic() - killed < 10:
-        alive = [p for p in alive if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if running(p)]
         time.sleep(0.01)
     out.update(pids=len(pids), alive=len(alive), gone_s=time.monotonic() - killed)
 finally:
