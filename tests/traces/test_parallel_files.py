@@ -16,27 +16,16 @@ from collc.traces.columns import from_columns
 from collc.traces.parallel_files import combine, read_dask
 from collc.traces.records import TraceContext
 from collc.traces.sources import read_file_columns, read_traces
-from trace_samples import LOGS, TRACES, sample
+from trace_samples import TRACES, per_rank_logs, sample
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """Eight per-rank logs of an HSDP-like job (made from the real 2.27.7 sample), one
     of them gzip, and a Kineto trace beside them."""
-    sample(next(LOGS.glob("*.log")).name, LOGS)
-    sys.path.insert(0, str(BENCH))
-    try:
-        from make_hsdp_log import make_log
-    finally:
-        sys.path.remove(str(BENCH))
-    folder = tmp_path_factory.mktemp("ranks")
-    for r in range(8):
-        (folder / f"rank{r:04d}.log").write_text(make_log(r, 2000 + 37 * r))
-    import gzip
-    (folder / "rank0003.log.gz").write_bytes(gzip.compress((folder / "rank0003.log").read_bytes()))
-    (folder / "rank0003.log").unlink()
+    folder = per_rank_logs(tmp_path_factory.mktemp("ranks"), [2000 + 37 * r for r in range(8)],
+                           gzipped=3, name="rank{:04d}.log")
     shutil.copy(sample("hta__trace_diff__control__control.json.gz"), folder / "kineto-rank3.json.gz")
     return folder
 

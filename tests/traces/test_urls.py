@@ -2,10 +2,8 @@
 one process or in worker processes; a missing URL is a located error."""
 
 import dataclasses
-import gzip
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,26 +12,15 @@ from collc.cli import main
 from collc.diagnostics import CollcError
 from collc.traces.sources import read_traces
 from collc.traces.urls import is_url
-from trace_samples import LOGS, sample
+from trace_samples import per_rank_logs, sample
 
 fsspec = pytest.importorskip("fsspec")
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """Three small per-rank logs (one gzip) and a Chakra archive."""
-    sample(next(LOGS.glob("*.log")).name, LOGS)
-    sys.path.insert(0, str(BENCH))
-    try:
-        from make_hsdp_log import make_log
-    finally:
-        sys.path.remove(str(BENCH))
-    folder = tmp_path_factory.mktemp("url-ranks")
-    for r in range(3):
-        (folder / f"rank{r}.log").write_text(make_log(r, 600 + 50 * r))
-    (folder / "rank1.log.gz").write_bytes(gzip.compress((folder / "rank1.log").read_bytes()))
-    (folder / "rank1.log").unlink()
+    folder = per_rank_logs(tmp_path_factory.mktemp("url-ranks"), [600 + 50 * r for r in range(3)], gzipped=1)
     shutil.copy(sample("chakra__json_trace.tar.gz"), folder / "chakra.tar.gz")
     (folder / "MANIFEST.tsv").write_text("left out, as in a local directory\n")
     return folder
