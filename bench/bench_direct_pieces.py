@@ -82,7 +82,7 @@ def grouped(built: direct.DirectOps, sizes: list[int], network: Network, size_by
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pieces", default="16,24,28,32,48", help="equal piece counts per GPU's chunk")
+    ap.add_argument("--pieces", default="16,24,28,32,48", help="equal piece counts per GPU's chunk ('' for none)")
     ap.add_argument("--sizes", nargs="*", default=["1x4,2x28,1x4", "1x2,2x30,1x2", "2x30,1x4", "1x4,6x20,1x4"],
                     help="unequal layouts, group sizes in fine slots (SIZExTIMES,...)")
     ap.add_argument("--out", default="", help="write the rows as JSON here")
