@@ -18,7 +18,7 @@ Two kinds of layout:
 
 The question it answers: whether a pipeline whose ends move small pieces reaches the
 time of many pieces at the XML node count of few (it does not: see
-bench/results/scale.md, "Unequal pieces").
+bench/results/scale.md, "pieces of unequal size").
 
     python3 bench/bench_direct_pieces.py [--pieces 16,24,28,32,48] [--sizes 1x4,2x28,1x4 ...]
 """
