@@ -36,7 +36,7 @@ import numpy as np
 from collc.analysis.bounds import lower_bounds
 from collc.diagnostics import SolverError
 from collc.ir.collective import Collective, CollectiveKind, allgather, standard
-from collc.ir.schedule import Buffer
+from collc.ir.schedule import Buffer, Op
 from collc.ir.topology import Topology
 from collc.synthesis.candidates import MIN_PIPELINED_SLOT, Candidate, problem_for
 from collc.synthesis.extract import copy_ops
@@ -140,10 +140,31 @@ def piece_counts(collective: Collective, size_bytes: int, options: SynthesisOpti
     return [k, k // 2] if k >= 2 else [k]
 
 
+@dataclass(frozen=True)
+class DirectOps:
+    """The direct AllReduce's ops before list scheduling: their steps are the order keys
+    (the list scheduler's priorities), and `plan` describes them."""
+
+    ops: list[Op]
+    scratch: tuple[int, ...]
+    plan: Plan
+
+
 def direct_candidate(forward: Network, backward: Network, collective: Collective, size_bytes: int, chunks: int,
                      rates: JointRates, options: SynthesisOptions, deadline: Deadline,
                      progress: Progress) -> Candidate:
     """The pipelined direct AllReduce at `chunks` pieces per GPU's chunk, list-scheduled."""
+    built = direct_ops(forward, backward, collective, size_bytes, chunks, rates, options, deadline, progress)
+    fine = built.plan.problem.collective
+    timeline = sequence(built.ops, forward, fine.slot_bytes(size_bytes), options.timing)
+    scratch = built.scratch
+    return Candidate(built.plan, timeline, scratch if any(scratch) else (), timeline.seconds, chunks)
+
+
+def direct_ops(forward: Network, backward: Network, collective: Collective, size_bytes: int, chunks: int,
+               rates: JointRates, options: SynthesisOptions, deadline: Deadline, progress: Progress) -> DirectOps:
+    """The ops of the pipelined direct AllReduce at `chunks` pieces per GPU's chunk, keyed
+    for the list scheduler (`direct_candidate` schedules them)."""
     progress.stage(f"allreduce: pipelining {chunks} pieces per chunk, both halves at once")
     deadline.work.candidates += 1
     base = _base(collective)
@@ -184,14 +205,13 @@ def direct_candidate(forward: Network, backward: Network, collective: Collective
     scratch = tuple(a + b for a, b in zip(scratch, extra)) if extra else scratch
     fine = replace(standard(CollectiveKind.ALLREDUCE, collective.ranks, chunks, 0), name=collective.name,
                    root=collective.root)
-    timeline = sequence(ops, forward, fine.slot_bytes(size_bytes), options.timing)
     plan = Plan(up_plan.problem, up_plan.transfers, "steady", combined_status([rates.reduce.status,
                 rates.gather.status]), 0, rates.reduce.stats,
                 {"fluid_s": rates.seconds, "rate_model": "trees", "composed_from": "direct",
                  "structures": sum(len(v) for v in rates.reduce.shares.values())
                  + sum(len(v) for v in rates.gather.shares.values())})
     plan = replace(plan, problem=replace(plan.problem, collective=fine))
-    return Candidate(plan, timeline, scratch if any(scratch) else (), timeline.seconds, chunks)
+    return DirectOps(ops, scratch, plan)
 
 
 def end_pieces(chunks: int) -> int:
