@@ -12,29 +12,54 @@ compiler's own commands live in `collc.commands`, and the tools beside the compi
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import threading
+from types import ModuleType
 from typing import Sequence
 
 from collc import __version__
-from collc.commands import catalog, check, passes, show, verify
-from collc.commands import compile as compile_command  # not to shadow the builtin compile()
 from collc.commands.args import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from collc.diagnostics import CollcError, UsageError, format_error
-from collc.harvest import cli as harvest_cli
-from collc.pipeline import cli as pipeline_cli
-from collc.profile import cli as profile_cli
 
-# In the order `collc --help` lists their commands.
-COMMAND_MODULES = (check, catalog, show, compile_command, verify, passes, profile_cli, pipeline_cli, harvest_cli)
+# Each command and the module whose `add_commands` registers it, in the order `collc
+# --help` lists them. The modules are named, not imported here: a command line that
+# names its command imports that command's module alone (`collc check` need not load
+# `compile`'s writers and backends, nor the tools' parsers, ~30 ms of its start-up);
+# `--help`, `--version` and a wrong name build the whole parser.
+COMMANDS: dict[str, str] = {
+    "check": "collc.commands.check",
+    "list": "collc.commands.catalog",
+    "show": "collc.commands.show",
+    "compile": "collc.commands.compile",
+    "verify": "collc.commands.verify",
+    "passes": "collc.commands.passes",
+    "profile": "collc.profile.cli",
+    "pipeline": "collc.pipeline.cli",
+    "bubbles": "collc.pipeline.cli",
+    "harvest": "collc.harvest.cli",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_modules(names: Sequence[str] | None = None) -> list[ModuleType]:
+    """The modules registering the commands `names` (all of them when None), each once,
+    in `COMMANDS`' order."""
+    wanted = COMMANDS.keys() if names is None else names
+    paths = dict.fromkeys(COMMANDS[name] for name in COMMANDS if name in wanted)
+    return [importlib.import_module(path) for path in paths]
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; with `argv` whose first word names a command, the
+    parser of that command alone (it parses that command line exactly as the whole one
+    does: the top level has no option that takes a value, so the first word is the
+    command)."""
     p = argparse.ArgumentParser(prog="collc", description="Compile GPU collectives into verified schedules.")
     p.add_argument("--version", action="version", version=f"collc {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
+    first = list(argv[:1]) if argv else []
+    for module in command_modules(first if first and first[0] in COMMANDS else None):
         module.add_commands(sub)
     return p
 
@@ -50,7 +75,9 @@ def _spec_sources() -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

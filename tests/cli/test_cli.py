@@ -233,3 +233,21 @@ def test_check_of_a_pipeline_file_loads_no_numpy(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "0 []"
+
+
+def _command_names(parser) -> list[str]:
+    import argparse
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(sub.choices)
+
+
+def test_each_command_is_registered_by_the_module_the_table_names():
+    from collc.cli import COMMANDS, build_parser
+
+    assert _command_names(build_parser()) == list(COMMANDS)  # `--help`'s order
+    for name, module in COMMANDS.items():
+        alone = _command_names(build_parser([name, "--help"]))
+        assert alone == [other for other, owner in COMMANDS.items() if owner == module]
+    assert _command_names(build_parser(["--version"])) == list(COMMANDS)
+    assert _command_names(build_parser(["nonesuch"])) == list(COMMANDS)
