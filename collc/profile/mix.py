@@ -397,7 +397,7 @@ def detect_iterations(m: Matched) -> Iterations | None:
     seen, first_seen = np.unique(rank, return_index=True)
     most = seen[counts[seen] == counts.max()]
     longest = most[np.argmin(first_seen[np.isin(seen, most)])]
-    found = find_iterations(signature[m.job[ordered[rank == longest]]].tolist())
+    found = find_iterations(signature[m.job[ordered[rank == longest]]])
     if found is None:
         return None
     repeats, period, warmup = found
