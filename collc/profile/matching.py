@@ -89,12 +89,39 @@ def dense_key(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
     return key
 
 
+# Keys spanning at most this many values per key (plus DENSE_SLACK) are numbered by
+# counting (a table as long as their range) instead of by sorting.
+DENSE_RANGE_PER_KEY = 4
+DENSE_SLACK = 1 << 16
+
+
+def unique_first(key: np.ndarray, counts: bool = False) -> tuple[np.ndarray, ...]:
+    """`np.unique(key, return_index=True, return_inverse=True[, return_counts=True])`:
+    (distinct values increasing, the first index of each, each entry's value's index[,
+    how many of each]). Int64 keys within a range of a few per key (dense_key's and
+    first_ids' are) are numbered by counting in O(n + range); others by np.unique's sort."""
+    n = len(key)
+    if n and key.dtype == np.int64:
+        low = int(key.min())
+        width = int(key.max()) - low + 1
+        if width <= DENSE_RANGE_PER_KEY * n + DENSE_SLACK:
+            shifted = key - low
+            first_at = np.full(width, n, dtype=np.int64)
+            np.minimum.at(first_at, shifted, np.arange(n, dtype=np.int64))
+            present = first_at < n
+            values = np.flatnonzero(present)
+            inverse = (np.cumsum(present) - 1)[shifted]
+            out = (values + low, first_at[values], inverse)
+            return out + (np.bincount(shifted, minlength=width)[values],) if counts else out
+    return np.unique(key, return_index=True, return_inverse=True, return_counts=counts)
+
+
 def first_ids(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ids, firsts): each record's id, numbered in order of first occurrence, and each
     id's first record (increasing)."""
     if len(key) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    _, first, inverse = unique_first(key)
     by_first = np.argsort(first, kind="stable")
     renumber = np.empty(len(first), dtype=np.int64)
     renumber[by_first] = np.arange(len(first))
@@ -250,7 +277,7 @@ def match(cols: CallColumns) -> Matched:
     # Collectives on a communicator that more than one rank recorded: matched.
     coll = ~is_p2p
     comm_rank = dense_key([r.comm, r.rank_key], n)
-    _, one_each = np.unique(comm_rank[coll], return_index=True)      # a record of each (comm, rank)
+    one_each = unique_first(comm_rank[coll])[1]      # a record of each (comm, rank)
     ranks_on = np.bincount(r.comm[coll][one_each], minlength=len(r.comms))
     matched = coll & (ranks_on[r.comm] > 1)
     if matched.any():
@@ -260,7 +287,7 @@ def match(cols: CallColumns) -> Matched:
         # By seq on a communicator only where every stream has a seq on every record, all distinct.
         seq_pairs = dense_key([stream, r.seq[idx]], len(idx))
         repeated = np.zeros(int(stream.max()) + 1, dtype=bool)
-        uniq, counts = np.unique(seq_pairs, return_counts=True)
+        uniq, _, _, counts = unique_first(seq_pairs, counts=True)
         dup_streams = stream[np.isin(seq_pairs, uniq[counts > 1])]
         repeated[dup_streams] = True
         repeated[stream[r.seq_none[idx]]] = True
@@ -324,6 +351,6 @@ def first_per_group(groups: np.ndarray, values: np.ndarray, eligible: np.ndarray
     idx = np.flatnonzero(eligible)
     if len(idx):
         g = groups[idx]
-        _, firsts = np.unique(g, return_index=True)
+        firsts = unique_first(g)[1]
         out[g[firsts]] = values[idx[firsts]]
     return out
