@@ -54,14 +54,16 @@ def export_revision(rev: str, tmp: Path) -> Path:
     return out
 
 
-def timed(code: str, args: list[str], source: Path | None) -> dict:
+def timed(code: str, args: list[str], source: Path | None, cwd: Path) -> dict:
+    """One run in a fresh process, in `cwd`: not in the checkout, whose `collc/` folder
+    would shadow the collc being measured (`python -c` puts the current folder first)."""
     env = dict(os.environ)
     if source is not None:
         env["PYTHONPATH"] = str(source)
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, *args], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-c", code, *args], check=True, env=env, stdout=subprocess.DEVNULL, cwd=cwd)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -80,7 +82,7 @@ def measure(label: str, path: Path, mbytes: float, records: int, runs: int, vers
     for _ in range(runs):
         for key, source in versions.items():   # interleaved: both see the same load
             out[key].append(timed(COMMAND, ["profile", str(path), "--json", str(tmp / "out.json"), *options],
-                                  source))
+                                  source, tmp))
     for key in versions:
         b = best(out[key])
         out[f"{key}_best"] = {**b, "MB_per_s": round(mbytes / b["wall_s"], 1),
@@ -140,7 +142,7 @@ def main() -> int:
             trace = tmp / "big.json"
             build_kineto(args.kineto_copies, trace)
             size = trace.stat().st_size / 1e6
-            reader = [timed(READER, [str(trace)], None) for _ in range(args.runs)]
+            reader = [timed(READER, [str(trace)], None, tmp) for _ in range(args.runs)]
             row = measure(f"Kineto trace, {args.kineto_copies} copies of the HTA sample", trace, size,
                           2020 * args.kineto_copies, args.runs, {"this": None}, tmp)
             row["reader_best"] = best(reader)
