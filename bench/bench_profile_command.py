@@ -14,7 +14,10 @@ the real 2.27.7 sample):
 Each run is a fresh process; wall time, CPU time of the process and its workers
 (`RUSAGE_CHILDREN`), the load average before the run, and MB/s and records/s of wall
 time. `--baseline REV` runs the same commands with collc at git revision REV as well,
-interleaved, so that both see the same load.
+interleaved, so that both see the same load; `--baseline-site DIR` instead takes the
+baseline from an installed collc's site-packages folder (installed, with its bytecode
+compiled, as users have it; an exported revision is compiled anew by every run where
+PYTHONDONTWRITEBYTECODE is set).
 
     python3 bench/bench_profile_command.py [--runs 3] [--ranks 64] [--one-process] [--tuning]
         [--kineto-copies 20] [--baseline REV] [--out bench/results/profile_command.json]
@@ -102,6 +105,8 @@ def main() -> int:
     ap.add_argument("--kineto-copies", type=int, default=20, help="copies of the HTA sample (0: no Kineto row)")
     ap.add_argument("--sizes", default="30000,301422,3000000", help="records of the linearity logs")
     ap.add_argument("--baseline", metavar="REV")
+    ap.add_argument("--baseline-site", metavar="DIR", type=Path, dest="baseline_site",
+                    help="the baseline: the collc installed in this site-packages folder")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profile_command.json")
     args = ap.parse_args()
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -109,7 +114,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="collc-bench-") as tmpdir:
         tmp = Path(tmpdir)
         versions: dict[str, Path | None] = {"this": None}
-        if args.baseline:
+        if args.baseline_site:
+            versions[f"baseline_{args.baseline or 'installed'}"] = args.baseline_site
+        elif args.baseline:
             versions[f"baseline_{args.baseline}"] = export_revision(args.baseline, tmp)
         for records in (int(s) for s in args.sizes.split(",")):
             path = tmp / f"hsdp-{records}.log"
