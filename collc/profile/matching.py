@@ -155,9 +155,10 @@ def _codes(cols: CallColumns, name: str, none_as: object = None) -> tuple[list, 
     return list(index), remap[cols.codes[name].astype(np.int64)] if cols.n else np.zeros(0, dtype=np.int64)
 
 
-def _int_codes(values: np.ndarray) -> np.ndarray:
-    """Int64 codes with the equalities of `values` (int64, or Python ints past 63 bits)."""
-    if values.dtype != object:
+def _int_codes(values: np.ndarray, dense: bool = False) -> np.ndarray:
+    """Int64 codes with the equalities of `values` (int64, or Python ints past 63 bits);
+    `dense`: numbered 0..k-1 (one sort), so that keys packing them stay narrow."""
+    if values.dtype != object and not dense:
         return values.astype(np.int64)
     return np.unique(values, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
@@ -174,7 +175,7 @@ class Records:
     rank_keys: list                  # rank (int) or "file <source>"
     rank_key: np.ndarray
     bytes_none: np.ndarray
-    bytes: np.ndarray
+    bytes: np.ndarray                # sizes as codes 0..k-1 (equal where the sizes are; values in the columns)
     peer_none: np.ndarray
     peer: np.ndarray
     nranks: np.ndarray               # 0 where None (a size of 0 counts as unknown everywhere)
@@ -206,7 +207,7 @@ class Records:
         rank_keys = [f"file {sources[source[i]]}" if rank_none[i] else int(rank[i]) for i in firsts.tolist()]
         nranks = np.where(cols.int_none["nranks"], 0, cols.ints["nranks"]).astype(np.int64)
         return cls(cols.n, comms, comm, collectives, collective, rank_keys, ids,
-                   cols.int_none["bytes"], _int_codes(cols.ints["bytes"]),
+                   cols.int_none["bytes"], _int_codes(cols.ints["bytes"], dense=True),
                    cols.int_none["peer"], cols.ints["peer"].astype(np.int64), nranks,
                    dtypes, dtype, named, named_by,
                    cols.float_none["start_us"], cols.floats["start_us"],
@@ -271,8 +272,6 @@ def match(cols: CallColumns) -> Matched:
     a = position.copy()                       # the key's columns after the kind and the communicator
     b = np.zeros(n, dtype=np.int64)
     c = np.zeros(n, dtype=np.int64)
-    d = np.zeros(n, dtype=np.int64)
-    e = np.zeros(n, dtype=np.int64)
 
     # Collectives on a communicator that more than one rank recorded: matched.
     coll = ~is_p2p
@@ -314,11 +313,7 @@ def match(cols: CallColumns) -> Matched:
         b[idx] = dst
         c[idx] = nth_in_stream(stream, r.start[idx], r.start_none[idx])
 
-    grouped = kind != _ALONE
-    d[grouped] = r.bytes_none[grouped]
-    e[grouped] = r.bytes[grouped]
-    comm = np.where(grouped, r.comm, 0)
-    job, first = first_ids(dense_key([kind, comm, a, b, c, d, e], n))
+    job, first = first_ids(_job_keys(kind, r, a, b, c))
     count = len(first)
     any_send = np.bincount(job[is_send], minlength=count) > 0 if send >= 0 else np.zeros(count, dtype=bool)
     collective = r.collective[first]
@@ -326,6 +321,24 @@ def match(cols: CallColumns) -> Matched:
         collective = np.where((kind[first] == _P2P) & any_send, send, collective)
     order = np.lexsort((position, job))
     return Matched(r, cols, job, first, collective, order)
+
+
+def _job_keys(kind: np.ndarray, r: Records, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """One int64 per record, equal for two records exactly where they are one job call:
+    (kind, communicator, a, b, c, bytes) for matched records; a record alone is a job
+    call of its own. Keys of matched records are numbered first (0..G-1) and a record
+    alone gets G + its position, so that the keys span at most 2n values (numbered by
+    counting, `unique_first`) however wide their columns are."""
+    n = r.n
+    grouped = np.flatnonzero(kind != _ALONE)
+    key = np.arange(n, dtype=np.int64)
+    if len(grouped):
+        packed = dense_key([kind[grouped], r.comm[grouped], a[grouped], b[grouped], c[grouped],
+                            r.bytes_none[grouped], r.bytes[grouped]], len(grouped))
+        codes = unique_first(packed)[2].astype(np.int64)
+        key += int(codes.max()) + 1
+        key[grouped] = codes
+    return key
 
 
 def _peer_keys(r: Records, peers: np.ndarray) -> np.ndarray:
