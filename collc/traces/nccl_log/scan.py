@@ -365,20 +365,39 @@ def _claimed(rows: list[tuple], lo: int, hi: int, first_line: int, starts: _Line
     _claimed_calls(rows, part, idx, lo, hi, first_line, starts, state, calls)
     tunings = _claimed_tunings([rows[k] for k in tuning_rows], state)
     # In file order: a COLL event's line number is its row's; the TUNING lines' rows are known.
-    order = np.argsort(np.concatenate((np.asarray(calls.lines, dtype=np.int64),
-                                       np.asarray(tuning_rows, dtype=np.int64) + first_line)),
-                       kind="stable").tolist()
-    ids = calls.ids + [~thread for thread in tunings[0]]
-    events.ids += map(ids.__getitem__, order)
-    lines = calls.lines + [0] * len(tuning_rows)
-    events.lines += map(lines.__getitem__, order)
-    seqs = calls.seqs + tunings[1]
-    events.seqs += map(seqs.__getitem__, order)
+    call_lines = np.asarray(calls.lines, dtype=np.int64)
+    tuning_lines = np.asarray(tuning_rows, dtype=np.int64) + first_line
+    # The usual log: each call's TUNING line next, but for a TUNING line whose call ended
+    # the piece before, and a call whose TUNING line starts the next piece.
+    lead = int(len(tuning_lines) > 0 and (len(call_lines) == 0 or tuning_lines[0] < call_lines[0]))
+    trail = int(len(call_lines) > 0 and (len(tuning_lines) == 0 or call_lines[-1] > tuning_lines[-1]))
+    paired_calls, paired_tunings = call_lines[:len(call_lines) - trail], tuning_lines[lead:]
+    if len(paired_calls) == len(paired_tunings) and bool(np.all(paired_calls + 1 == paired_tunings)):
+        def merged(first: list, second: list) -> list:
+            cut = len(first) - trail
+            return second[:lead] + _interleaved(first[:cut], second[lead:]) + first[cut:]
+    else:
+        order = np.argsort(np.concatenate((call_lines, tuning_lines)), kind="stable").tolist()
+
+        def merged(first: list, second: list) -> list:
+            return list(map((first + second).__getitem__, order))
+    count = len(tuning_rows)
     if calls.stamps is not None or events.stamps is not None:
         if events.stamps is None:
-            events.stamps = [None] * (len(events.ids) - len(order))
-        stamps = (calls.stamps if calls.stamps is not None else [None] * len(calls.ids)) + [None] * len(tuning_rows)
-        events.stamps += map(stamps.__getitem__, order)
+            events.stamps = [None] * len(events.ids)
+        events.stamps += merged(calls.stamps if calls.stamps is not None else [None] * len(calls.ids),
+                                [None] * count)
+    events.ids += merged(calls.ids, [~thread for thread in tunings[0]])
+    events.lines += merged(calls.lines, [0] * count)
+    events.seqs += merged(calls.seqs, tunings[1])
+
+
+def _interleaved(first: list, second: list) -> list:
+    """first[0], second[0], first[1], second[1], ... of two lists of one length."""
+    out = [None] * (2 * len(first))
+    out[0::2] = first
+    out[1::2] = second
+    return out
 
 
 def _claimed_tunings(tuning: list[tuple], state: State) -> tuple[list[int], list[int]]:
