@@ -29,8 +29,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from collc.profile.iterations import MAX_WARMUP, MIN_ITERATION_CALLS, find_iterations  # noqa: F401 (re-exported: they were defined here)
-from collc.profile.matching import (JobCall, Matched, dense_key, first_ids, first_per_group, match, unique_first,  # noqa: F401 (JobCall, rank_key: re-exported)
-                                    rank_key)
+from collc.profile.matching import (JobCall, Matched, dense_key, first_ids, first_per_group, match,  # noqa: F401 (JobCall, rank_key: re-exported)
+                                    rank_key, unique_first)
 from collc.traces.columns import CallColumns, to_columns
 from collc.traces.records import CollectiveCall
 from collc.units import format_bytes

@@ -78,8 +78,8 @@ _LINE_PATTERN = (
 # call) gives (prefix, b"", ..., its TUNING text, b""); a line where LINE could match
 # anything else (an INIT line, a malformed or merged record: a `NCCL INFO ` followed by
 # what LINE's alternatives start with) gives its `NCCL INFO ` as the last field, and is
-# read by LINE; any other line gives empty fields. `findall` then returns a tuple per line: the line numbers are the
-# indices, and no match object is made.
+# read by LINE; any other line gives empty fields. `findall` then returns a tuple per
+# line: the line numbers are the indices, and no match object is made.
 _BEFORE_FIRST_INFO = rb"(?:[^N\n]++|N(?!CCL INFO ))*+"       # a line's text up to its first `NCCL INFO `
 
 

@@ -244,7 +244,8 @@ def tuned_log(calls: int, seed: int) -> bytes:
         op = rest.split(":")[0]
         count = int(rest.split(" count ")[1].split()[0])
         nbytes = count * 4 if rng.random() < 0.9 else count * 2
-        tuning = f"{op if rng.random() < 0.95 else 'Broadcast'}: {nbytes} Bytes -> Algo RING proto LL128 channel{{Lo..Hi}}={{0..3}}"
+        tuned_op = op if rng.random() < 0.95 else "Broadcast"
+        tuning = f"{tuned_op}: {nbytes} Bytes -> Algo RING proto LL128 channel{{Lo..Hi}}={{0..3}}"
         roll = rng.random()
         if roll < 0.003 or 0.995 < roll:
             prefix = "2025-01-02 03:04:05.123 " + prefix
@@ -264,7 +265,8 @@ def test_tuned_log_in_bulk_same_as_line_pattern(monkeypatch, piece):
     monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", piece)
     paired = []
     real_paired = scan_module.replay_paired
-    monkeypatch.setattr(scan_module, "replay_paired", lambda *args: paired.append(args[2] - args[1]) or real_paired(*args))
+    monkeypatch.setattr(scan_module, "replay_paired",
+                        lambda *args: paired.append(args[2] - args[1]) or real_paired(*args))
     bulk = read_state(data, by_line_pattern=False)
     assert sum(paired) > 2000                                # most events replayed as pairs
     assert "LL128" in repr(bulk[0]) and "None, None" in repr(bulk[0])     # calls tuned, and some not
