@@ -4,17 +4,23 @@ Inputs, made here (`bench/make_hsdp_log.py`: one rank of a 64-rank HSDP-like job
 the real 2.27.7 sample):
   - one log of 301,422 records (57 MB): the issue's log;
   - logs of 30k, 300k and 3M records: is the command linear (10x records, <= 11x time)?
-  - a directory of N per-rank logs of 301,422 records each (`--ranks`, 64 in the issue);
+  - a directory of N per-rank logs of 301,422 records each (`--ranks`, 64 in the issue),
+    read by the default pool of processes and, with `--one-process`, by one (`--workers 1`);
+  - with `--tuning`, the 301,422-record log with a TUNING line after every call (as
+    `NCCL_DEBUG_SUBSYS=COLL,TUNING` writes it);
   - the 1 GiB Kineto trace of `bench_profile_read.py` (`--kineto-copies`, 20 copies of
     the HTA sample): the whole command against the reader's own time (`read_traces` in
     a fresh process).
 Each run is a fresh process; wall time, CPU time of the process and its workers
 (`RUSAGE_CHILDREN`), the load average before the run, and MB/s and records/s of wall
 time. `--baseline REV` runs the same commands with collc at git revision REV as well,
-interleaved, so that both see the same load.
+interleaved, so that both see the same load; `--baseline-site DIR` instead takes the
+baseline from an installed collc's site-packages folder (installed, with its bytecode
+compiled, as users have it; an exported revision is compiled anew by every run where
+PYTHONDONTWRITEBYTECODE is set).
 
-    python3 bench/bench_profile_command.py [--runs 3] [--ranks 64] [--kineto-copies 20]
-        [--baseline REV] [--out bench/results/profile_command.json]
+    python3 bench/bench_profile_command.py [--runs 3] [--ranks 64] [--one-process] [--tuning]
+        [--kineto-copies 20] [--baseline REV] [--out bench/results/profile_command.json]
 """
 
 from __future__ import annotations
@@ -51,14 +57,16 @@ def export_revision(rev: str, tmp: Path) -> Path:
     return out
 
 
-def timed(code: str, args: list[str], source: Path | None) -> dict:
+def timed(code: str, args: list[str], source: Path | None, cwd: Path) -> dict:
+    """One run in a fresh process, in `cwd`: not in the checkout, whose `collc/` folder
+    would shadow the collc being measured (`python -c` puts the current folder first)."""
     env = dict(os.environ)
     if source is not None:
         env["PYTHONPATH"] = str(source)
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, *args], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-c", code, *args], check=True, env=env, stdout=subprocess.DEVNULL, cwd=cwd)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -69,13 +77,15 @@ def best(runs: list[dict]) -> dict:
     return min(runs, key=lambda r: r["wall_s"])
 
 
-def measure(label: str, path: Path, mbytes: float, records: int, runs: int, versions: dict, tmp: Path) -> dict:
+def measure(label: str, path: Path, mbytes: float, records: int, runs: int, versions: dict, tmp: Path,
+            options: tuple[str, ...] = ()) -> dict:
     out = {"input": label, "mbytes": round(mbytes, 1), "records": records}
     for key, source in versions.items():
         out[key] = []
     for _ in range(runs):
         for key, source in versions.items():   # interleaved: both see the same load
-            out[key].append(timed(COMMAND, ["profile", str(path), "--json", str(tmp / "out.json")], source))
+            out[key].append(timed(COMMAND, ["profile", str(path), "--json", str(tmp / "out.json"), *options],
+                                  source, tmp))
     for key in versions:
         b = best(out[key])
         out[f"{key}_best"] = {**b, "MB_per_s": round(mbytes / b["wall_s"], 1),
@@ -89,9 +99,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--ranks", type=int, default=64, help="per-rank logs in the directory (0: none)")
+    ap.add_argument("--one-process", action="store_true", dest="one_process",
+                    help="the per-rank logs read by one process as well (--workers 1)")
+    ap.add_argument("--tuning", action="store_true", help="a row for a 301,422-record log with TUNING lines")
     ap.add_argument("--kineto-copies", type=int, default=20, help="copies of the HTA sample (0: no Kineto row)")
     ap.add_argument("--sizes", default="30000,301422,3000000", help="records of the linearity logs")
     ap.add_argument("--baseline", metavar="REV")
+    ap.add_argument("--baseline-site", metavar="DIR", type=Path, dest="baseline_site",
+                    help="the baseline: the collc installed in this site-packages folder")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profile_command.json")
     args = ap.parse_args()
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -99,13 +114,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="collc-bench-") as tmpdir:
         tmp = Path(tmpdir)
         versions: dict[str, Path | None] = {"this": None}
-        if args.baseline:
+        if args.baseline_site:
+            versions[f"baseline_{args.baseline or 'installed'}"] = args.baseline_site
+        elif args.baseline:
             versions[f"baseline_{args.baseline}"] = export_revision(args.baseline, tmp)
         for records in (int(s) for s in args.sizes.split(",")):
             path = tmp / f"hsdp-{records}.log"
             path.write_text(make_log(0, records))
             results["rows"].append(measure(f"one log, {records:,} records", path, path.stat().st_size / 1e6,
                                            records, args.runs, versions, tmp))
+            path.unlink()
+        if args.tuning:
+            path = tmp / "hsdp-tuning.log"
+            path.write_text(make_log(0, 301_422, tuning=True))
+            results["rows"].append(measure("one log, 301,422 records, a TUNING line after each", path,
+                                           path.stat().st_size / 1e6, 301_422, args.runs, versions, tmp))
             path.unlink()
         if args.ranks:
             folder = tmp / "ranks"
@@ -115,6 +138,10 @@ def main() -> int:
             size = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
             results["rows"].append(measure(f"{args.ranks} per-rank logs, 301,422 records each", folder, size,
                                            301_422 * args.ranks, 1, versions, tmp))
+            if args.one_process:
+                results["rows"].append(measure(f"{args.ranks} per-rank logs, one process (--workers 1)", folder,
+                                               size, 301_422 * args.ranks, 1, {"this": None}, tmp,
+                                               ("--workers", "1")))
             for p in folder.iterdir():
                 p.unlink()
         if args.kineto_copies:
@@ -122,7 +149,7 @@ def main() -> int:
             trace = tmp / "big.json"
             build_kineto(args.kineto_copies, trace)
             size = trace.stat().st_size / 1e6
-            reader = [timed(READER, [str(trace)], None) for _ in range(args.runs)]
+            reader = [timed(READER, [str(trace)], None, tmp) for _ in range(args.runs)]
             row = measure(f"Kineto trace, {args.kineto_copies} copies of the HTA sample", trace, size,
                           2020 * args.kineto_copies, args.runs, {"this": None}, tmp)
             row["reader_best"] = best(reader)
@@ -132,7 +159,7 @@ def main() -> int:
             print(json.dumps({"kineto command/reader": row["command_over_reader"],
                               "cpu": row["command_over_reader_cpu"]}), flush=True)
             results["rows"].append(row)
-    lin = [r for r in results["rows"] if r["input"].startswith("one log")]
+    lin = [r for r in results["rows"] if r["input"].startswith("one log") and "TUNING" not in r["input"]]
     if len(lin) >= 2:
         results["linearity"] = [{"records": (a["records"], b["records"]),
                                  "time_ratio": round(b["this_best"]["wall_s"] / a["this_best"]["wall_s"], 2),

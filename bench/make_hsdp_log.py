@@ -13,6 +13,12 @@ by default, as a model's parameters are broadcast one by one at start).
 
     python3 bench/make_hsdp_log.py OUT.log [--rank 0] [--records 301422]
     python3 bench/make_hsdp_log.py DIR --ranks 64 [--records 301422]   # one log per rank
+    python3 bench/make_hsdp_log.py OUT.log --tuning      # a TUNING line after every call
+
+With `--tuning`, every COLL line is followed by the TUNING line NCCL writes after it with
+`NCCL_DEBUG_SUBSYS=COLL,TUNING` (`<Op>: <bytes> Bytes -> Algo RING proto SIMPLE ...`,
+the bytes as NCCL counts them: AllGather and ReduceScatter over all ranks; about 300
+bytes per record).
 
 Every line keeps the sample's format (prefix `host:pid:tid [dev] NCCL INFO `, the COLL
 line's fields in NCCL's order); only the values change.
@@ -74,7 +80,11 @@ def _step(layers: int) -> list[tuple[str, str, int, int]]:
     return calls
 
 
-def make_log(rank: int, records: int, layers: int = 20, warmup: int = 150) -> str:
+# Bytes per element of the datatypes used here (ncclBfloat16, ncclFloat32).
+TYPE_BYTES = {9: 2, 7: 4}
+
+
+def make_log(rank: int, records: int, layers: int = 20, warmup: int = 150, tuning: bool = False) -> str:
     header, coll = _template()
     m = _COLL.match(coll)
     host = f"node{rank // NODE_GPUS:02d}"
@@ -99,8 +109,12 @@ def make_log(rank: int, records: int, layers: int = 20, warmup: int = 150) -> st
     def line(op: str, comm: str, count: int, dtype: int, root: int = 0) -> str:
         oc = op_counts[comm]
         op_counts[comm] += 1
-        return (f"{pre}{op}: opCount {oc:x} sendbuff {m.group('sb')} recvbuff {m.group('rb')} count {count} "
+        text = (f"{pre}{op}: opCount {oc:x} sendbuff {m.group('sb')} recvbuff {m.group('rb')} count {count} "
                 f"datatype {dtype} op 0 root {root} comm {ptrs[comm]} [nranks={sizes[comm]}] stream {stream}")
+        if tuning:
+            nbytes = count * TYPE_BYTES[dtype] * (sizes[comm] if op in ("AllGather", "ReduceScatter") else 1)
+            text += f"\n{pre}{op}: {nbytes} Bytes -> Algo RING proto SIMPLE channel{{Lo..Hi}}={{0..23}}"
+        return text
 
     written = 0
     for i in range(min(warmup, records)):                   # parameters broadcast one by one
@@ -120,13 +134,14 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=301_422, help="COLL lines per rank (default 301,422)")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--ranks", type=int, default=None, help="write one log per rank 0..N-1 into OUT")
+    ap.add_argument("--tuning", action="store_true", help="a TUNING line after every COLL line")
     args = ap.parse_args()
     if args.ranks:
         args.out.mkdir(parents=True, exist_ok=True)
         for r in range(args.ranks):
-            (args.out / f"rank{r:04d}.log").write_text(make_log(r, args.records))
+            (args.out / f"rank{r:04d}.log").write_text(make_log(r, args.records, tuning=args.tuning))
     else:
-        args.out.write_text(make_log(args.rank, args.records))
+        args.out.write_text(make_log(args.rank, args.records, tuning=args.tuning))
 
 
 if __name__ == "__main__":

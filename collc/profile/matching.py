@@ -89,12 +89,39 @@ def dense_key(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
     return key
 
 
+# Keys spanning at most this many values per key (plus DENSE_SLACK) are numbered by
+# counting (a table as long as their range) instead of by sorting.
+DENSE_RANGE_PER_KEY = 4
+DENSE_SLACK = 1 << 16
+
+
+def unique_first(key: np.ndarray, counts: bool = False) -> tuple[np.ndarray, ...]:
+    """`np.unique(key, return_index=True, return_inverse=True[, return_counts=True])`:
+    (distinct values increasing, the first index of each, each entry's value's index[,
+    how many of each]). Int64 keys within a range of a few per key (dense_key's and
+    first_ids' are) are numbered by counting in O(n + range); others by np.unique's sort."""
+    n = len(key)
+    if n and key.dtype == np.int64:
+        low = int(key.min())
+        width = int(key.max()) - low + 1
+        if width <= DENSE_RANGE_PER_KEY * n + DENSE_SLACK:
+            shifted = key - low
+            first_at = np.full(width, n, dtype=np.int64)
+            np.minimum.at(first_at, shifted, np.arange(n, dtype=np.int64))
+            present = first_at < n
+            values = np.flatnonzero(present)
+            inverse = (np.cumsum(present) - 1)[shifted]
+            out = (values + low, first_at[values], inverse)
+            return out + (np.bincount(shifted, minlength=width)[values],) if counts else out
+    return np.unique(key, return_index=True, return_inverse=True, return_counts=counts)
+
+
 def first_ids(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ids, firsts): each record's id, numbered in order of first occurrence, and each
     id's first record (increasing)."""
     if len(key) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    _, first, inverse = unique_first(key)
     by_first = np.argsort(first, kind="stable")
     renumber = np.empty(len(first), dtype=np.int64)
     renumber[by_first] = np.arange(len(first))
@@ -128,9 +155,10 @@ def _codes(cols: CallColumns, name: str, none_as: object = None) -> tuple[list, 
     return list(index), remap[cols.codes[name].astype(np.int64)] if cols.n else np.zeros(0, dtype=np.int64)
 
 
-def _int_codes(values: np.ndarray) -> np.ndarray:
-    """Int64 codes with the equalities of `values` (int64, or Python ints past 63 bits)."""
-    if values.dtype != object:
+def _int_codes(values: np.ndarray, dense: bool = False) -> np.ndarray:
+    """Int64 codes with the equalities of `values` (int64, or Python ints past 63 bits);
+    `dense`: numbered 0..k-1 (one sort), so that keys packing them stay narrow."""
+    if values.dtype != object and not dense:
         return values.astype(np.int64)
     return np.unique(values, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
@@ -147,7 +175,7 @@ class Records:
     rank_keys: list                  # rank (int) or "file <source>"
     rank_key: np.ndarray
     bytes_none: np.ndarray
-    bytes: np.ndarray
+    bytes: np.ndarray                # sizes as codes 0..k-1 (equal where the sizes are; values in the columns)
     peer_none: np.ndarray
     peer: np.ndarray
     nranks: np.ndarray               # 0 where None (a size of 0 counts as unknown everywhere)
@@ -179,7 +207,7 @@ class Records:
         rank_keys = [f"file {sources[source[i]]}" if rank_none[i] else int(rank[i]) for i in firsts.tolist()]
         nranks = np.where(cols.int_none["nranks"], 0, cols.ints["nranks"]).astype(np.int64)
         return cls(cols.n, comms, comm, collectives, collective, rank_keys, ids,
-                   cols.int_none["bytes"], _int_codes(cols.ints["bytes"]),
+                   cols.int_none["bytes"], _int_codes(cols.ints["bytes"], dense=True),
                    cols.int_none["peer"], cols.ints["peer"].astype(np.int64), nranks,
                    dtypes, dtype, named, named_by,
                    cols.float_none["start_us"], cols.floats["start_us"],
@@ -244,13 +272,11 @@ def match(cols: CallColumns) -> Matched:
     a = position.copy()                       # the key's columns after the kind and the communicator
     b = np.zeros(n, dtype=np.int64)
     c = np.zeros(n, dtype=np.int64)
-    d = np.zeros(n, dtype=np.int64)
-    e = np.zeros(n, dtype=np.int64)
 
     # Collectives on a communicator that more than one rank recorded: matched.
     coll = ~is_p2p
     comm_rank = dense_key([r.comm, r.rank_key], n)
-    _, one_each = np.unique(comm_rank[coll], return_index=True)      # a record of each (comm, rank)
+    one_each = unique_first(comm_rank[coll])[1]      # a record of each (comm, rank)
     ranks_on = np.bincount(r.comm[coll][one_each], minlength=len(r.comms))
     matched = coll & (ranks_on[r.comm] > 1)
     if matched.any():
@@ -260,7 +286,7 @@ def match(cols: CallColumns) -> Matched:
         # By seq on a communicator only where every stream has a seq on every record, all distinct.
         seq_pairs = dense_key([stream, r.seq[idx]], len(idx))
         repeated = np.zeros(int(stream.max()) + 1, dtype=bool)
-        uniq, counts = np.unique(seq_pairs, return_counts=True)
+        uniq, _, _, counts = unique_first(seq_pairs, counts=True)
         dup_streams = stream[np.isin(seq_pairs, uniq[counts > 1])]
         repeated[dup_streams] = True
         repeated[stream[r.seq_none[idx]]] = True
@@ -287,11 +313,7 @@ def match(cols: CallColumns) -> Matched:
         b[idx] = dst
         c[idx] = nth_in_stream(stream, r.start[idx], r.start_none[idx])
 
-    grouped = kind != _ALONE
-    d[grouped] = r.bytes_none[grouped]
-    e[grouped] = r.bytes[grouped]
-    comm = np.where(grouped, r.comm, 0)
-    job, first = first_ids(dense_key([kind, comm, a, b, c, d, e], n))
+    job, first = first_ids(_job_keys(kind, r, a, b, c))
     count = len(first)
     any_send = np.bincount(job[is_send], minlength=count) > 0 if send >= 0 else np.zeros(count, dtype=bool)
     collective = r.collective[first]
@@ -299,6 +321,24 @@ def match(cols: CallColumns) -> Matched:
         collective = np.where((kind[first] == _P2P) & any_send, send, collective)
     order = np.lexsort((position, job))
     return Matched(r, cols, job, first, collective, order)
+
+
+def _job_keys(kind: np.ndarray, r: Records, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """One int64 per record, equal for two records exactly where they are one job call:
+    (kind, communicator, a, b, c, bytes) for matched records; a record alone is a job
+    call of its own. Keys of matched records are numbered first (0..G-1) and a record
+    alone gets G + its position, so that the keys span at most 2n values (numbered by
+    counting, `unique_first`) however wide their columns are."""
+    n = r.n
+    grouped = np.flatnonzero(kind != _ALONE)
+    key = np.arange(n, dtype=np.int64)
+    if len(grouped):
+        packed = dense_key([kind[grouped], r.comm[grouped], a[grouped], b[grouped], c[grouped],
+                            r.bytes_none[grouped], r.bytes[grouped]], len(grouped))
+        codes = unique_first(packed)[2].astype(np.int64)
+        key += int(codes.max()) + 1
+        key[grouped] = codes
+    return key
 
 
 def _peer_keys(r: Records, peers: np.ndarray) -> np.ndarray:
@@ -324,6 +364,6 @@ def first_per_group(groups: np.ndarray, values: np.ndarray, eligible: np.ndarray
     idx = np.flatnonzero(eligible)
     if len(idx):
         g = groups[idx]
-        _, firsts = np.unique(g, return_index=True)
+        firsts = unique_first(g)[1]
         out[g[firsts]] = values[idx[firsts]]
     return out

@@ -30,7 +30,7 @@ import numpy as np
 
 from collc.profile.iterations import MAX_WARMUP, MIN_ITERATION_CALLS, find_iterations  # noqa: F401 (re-exported: they were defined here)
 from collc.profile.matching import (JobCall, Matched, dense_key, first_ids, first_per_group, match,  # noqa: F401 (JobCall, rank_key: re-exported)
-                                    rank_key)
+                                    rank_key, unique_first)
 from collc.traces.columns import CallColumns, to_columns
 from collc.traces.records import CollectiveCall
 from collc.units import format_bytes
@@ -263,17 +263,17 @@ def _fill_sets(rows: list[MixRow], m: Matched, record_row: np.ndarray) -> None:
     """Each row's ranks, peers and named_by counts: from the distinct (row, value) pairs."""
     r = m.records
     n = r.n
-    _, firsts = np.unique(dense_key([record_row, r.rank_key], n), return_index=True)
+    firsts = unique_first(dense_key([record_row, r.rank_key], n))[1]
     for i, k in zip(record_row[firsts].tolist(), r.rank_key[firsts].tolist()):
         rows[i].ranks.add(r.rank_keys[k])
     key = dense_key([record_row, r.named_by], n)
-    _, firsts, counts = np.unique(key, return_index=True, return_counts=True)
+    _, firsts, _, counts = unique_first(key, counts=True)
     for i, k, c in zip(record_row[firsts].tolist(), r.named_by[firsts].tolist(), counts.tolist()):
         rows[i].named_by[r.named[k]] += c
     with_peer = np.flatnonzero(~r.peer_none)
     if len(with_peer):
         key = dense_key([record_row[with_peer], r.peer[with_peer]], len(with_peer))
-        _, firsts = np.unique(key, return_index=True)
+        firsts = unique_first(key)[1]
         for i, p in zip(record_row[with_peer][firsts].tolist(), r.peer[with_peer][firsts].tolist()):
             rows[i].peers.add(p)
 
@@ -394,10 +394,10 @@ def detect_iterations(m: Matched) -> Iterations | None:
     ordered = m.order
     rank = r.rank_key[ordered]
     counts = np.bincount(rank)
-    seen, first_seen = np.unique(rank, return_index=True)
+    seen, first_seen, _ = unique_first(rank)
     most = seen[counts[seen] == counts.max()]
     longest = most[np.argmin(first_seen[np.isin(seen, most)])]
-    found = find_iterations(signature[m.job[ordered[rank == longest]]].tolist())
+    found = find_iterations(signature[m.job[ordered[rank == longest]]])
     if found is None:
         return None
     repeats, period, warmup = found

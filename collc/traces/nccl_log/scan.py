@@ -20,9 +20,9 @@ import re
 import sys
 import time
 from array import array
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from typing import Sequence
-from operator import itemgetter
+from operator import is_not, itemgetter
 
 import numpy as np
 
@@ -53,12 +53,13 @@ _COLL_PATTERN = (
     rb"(?: acc \S++)? (?P<shape>count (?P<count>\d++) datatype (?P<dtype>\d++) op (?P<redop>\d++)"
     rb" root (?P<root>-?\d++) comm (?P<comm>\S++)(?: \[nranks=(?P<nranks>\d++)\])?)"
     rb"(?: stream (?P<stream>\S++))?(?: task (?P<task>\d++) globalrank (?P<grank>\d++))?")
+# TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
+_TUNING_PATTERN = (rb"(?:(?P<top>[A-Za-z]++): )?(?P<tbytes>\d++) Bytes -> Algo (?P<algo>\w++) proto (?P<proto>\w++)")
 # Every line of interest. The pattern starts with a literal, so the regex engine jumps from
 # one "NCCL INFO " to the next with a fast search; the prefix before it is taken separately.
 _LINE_PATTERN = (
     rb"NCCL INFO " + _LOOKAHEAD + rb"(?:" + _COLL_PATTERN +
-    # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
-    rb"|(?P<tuning>(?:(?P<top>[A-Za-z]++): )?(?P<tbytes>\d++) Bytes -> Algo (?P<algo>\w++) proto (?P<proto>\w++))"
+    rb"|(?P<tuning>" + _TUNING_PATTERN + rb")"
     # INIT: ... comm 0x.. rank R nranks N ... [busId B] ... [commId 0x..]
     rb"|(?:\w++ )?comm (?P<icomm>0x[0-9a-fA-F]++) rank (?P<irank>\d++) n[Rr]anks (?P<inranks>\d++)"
     rb"(?P<initrest>[^\n]*+)"
@@ -71,12 +72,14 @@ _LINE_PATTERN = (
     rb")")
 # One match per line, for the bulk scan (`scan`): a line that is one intact COLL record
 # after its prefix (the first `NCCL INFO ` of the line starts it, and it ends the line)
-# gives (prefix, op, opCount, shape, globalrank, b""), read by the same sub-pattern as
-# LINE's; a line where LINE could match anything else (an INIT or TUNING line, a
-# malformed or merged record: a `NCCL INFO ` followed by what LINE's alternatives start
-# with) gives its `NCCL INFO ` as the last field, and is read by LINE; any other line
-# gives empty fields. `findall` then returns a tuple per line: the line numbers are the
-# indices, and no match object is made.
+# gives (prefix, op, opCount, shape, globalrank, b"", b""), read by the same sub-pattern
+# as LINE's; a TUNING line of the same form (its text after the first `NCCL INFO `, and no
+# other `NCCL INFO ` after it: what NCCL_DEBUG_SUBSYS=COLL,TUNING writes after every
+# call) gives (prefix, b"", ..., its TUNING text, b""); a line where LINE could match
+# anything else (an INIT line, a malformed or merged record: a `NCCL INFO ` followed by
+# what LINE's alternatives start with) gives its `NCCL INFO ` as the last field, and is
+# read by LINE; any other line gives empty fields. `findall` then returns a tuple per
+# line: the line numbers are the indices, and no match object is made.
 _BEFORE_FIRST_INFO = rb"(?:[^N\n]++|N(?!CCL INFO ))*+"       # a line's text up to its first `NCCL INFO `
 
 
@@ -86,22 +89,25 @@ def _plain_groups(pattern: bytes, kept: tuple[bytes, ...]) -> bytes:
 
 
 _WHOLE_LINE_PATTERN = (
-    rb"(?:(" + _BEFORE_FIRST_INFO + rb")NCCL INFO "
+    rb"(?:(" + _BEFORE_FIRST_INFO + rb")NCCL INFO (?:"
     + _plain_groups(_COLL_PATTERN, (b"op", b"opcount", b"shape", b"grank")) + rb"$"
+    + rb"|(" + _plain_groups(_TUNING_PATTERN, ()) + rb")" + _BEFORE_FIRST_INFO + rb"$)"
     + rb"|(?:[^N\n]++|N(?!CCL INFO " + _LOOKAHEAD + rb"))*+(NCCL INFO " + _LOOKAHEAD + rb")?[^\n]*+)\n?")
 if sys.version_info < (3, 11):
     _LINE_PATTERN = _LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
+    _TUNING_PATTERN = _TUNING_PATTERN.replace(b"++", b"+")
     # A run inside a repeat (`(?:[^N\n]+|...)*`) would backtrack through every way of
     # splitting the run: one character a turn keeps the repeat unambiguous, so linear.
     _WHOLE_LINE_PATTERN = (_WHOLE_LINE_PATTERN.replace(rb"[^N\n]++|", rb"[^N\n]|")
                            .replace(b"++", b"+").replace(b"*+", b"*"))
 LINE = re.compile(_LINE_PATTERN)
+_TUNING_TEXT = re.compile(rb"(?P<tuning>" + _TUNING_PATTERN + rb")")    # a claimed TUNING line's text
 WHOLE_LINE = re.compile(_WHOLE_LINE_PATTERN, re.MULTILINE)
 # Group numbers of LINE, for reading a match's groups() tuple without name lookups.
 _G = {name: index - 1 for name, index in LINE.groupindex.items()}
 _OP, _OPCOUNT, _SHAPE, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
     _G[n] for n in ("op", "opcount", "shape", "count", "dtype", "root", "comm", "nranks", "grank"))
-_TUNING, _TOP, _TBYTES, _ALGO, _PROTO = (_G[n] for n in ("tuning", "top", "tbytes", "algo", "proto"))
+_TUNING = _G["tuning"]
 ICOMM, _IRANK, _INRANKS, _INITREST = (_G[n] for n in ("icomm", "irank", "inranks", "initrest"))
 
 _PROCESS = re.compile(rb"(?P<host>[^\s:\]\[()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] $")
@@ -314,7 +320,7 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
 
 
 # The fields of a WHOLE_LINE tuple.
-_PRE, _ROW_OP, _ROW_OPCOUNT, _ROW_SHAPE, _ROW_GRANK, _UNCLAIMED = range(6)
+_PRE, _ROW_OP, _ROW_OPCOUNT, _ROW_SHAPE, _ROW_GRANK, _ROW_TUNING, _UNCLAIMED = range(7)
 # A piece of fewer bytes (a line or two: the tail of a stream read in small reads) is read
 # by `_scan_range`, which costs less than the bulk read's set-up there.
 SMALL_PIECE = 512
@@ -346,11 +352,78 @@ class _LineStarts:
 
 def _claimed(rows: list[tuple], lo: int, hi: int, first_line: int, starts: _LineStarts,
              state: State, events: Events) -> None:
-    """The events of the COLL lines among `rows[lo:hi]` that WHOLE_LINE claimed (line k
-    is line number `first_line + k`): the same events, skips and notes as `_scan_range`
-    makes of them, one field at a time over all of them."""
+    """The events of the COLL and TUNING lines among `rows[lo:hi]` that WHOLE_LINE
+    claimed (line k is line number `first_line + k`): the same events, skips and notes
+    as `_scan_range` makes of them, one field at a time over all of them."""
     part = rows if lo == 0 and hi == len(rows) else rows[lo:hi]
     idx = list(compress(range(lo, hi), map(itemgetter(_ROW_OP), part)))
+    tuning_rows = [] if len(idx) == len(part) else list(compress(range(lo, hi), map(itemgetter(_ROW_TUNING), part)))
+    if not tuning_rows:
+        _claimed_calls(rows, part, idx, lo, hi, first_line, starts, state, events)
+        return
+    calls = Events(events.shapes, events.threads, events.tunings)
+    _claimed_calls(rows, part, idx, lo, hi, first_line, starts, state, calls)
+    tunings = _claimed_tunings([rows[k] for k in tuning_rows], state)
+    # In file order: a COLL event's line number is its row's; the TUNING lines' rows are known.
+    call_lines = np.asarray(calls.lines, dtype=np.int64)
+    tuning_lines = np.asarray(tuning_rows, dtype=np.int64) + first_line
+    # The usual log: each call's TUNING line next, but for a TUNING line whose call ended
+    # the piece before, and a call whose TUNING line starts the next piece.
+    lead = int(len(tuning_lines) > 0 and (len(call_lines) == 0 or tuning_lines[0] < call_lines[0]))
+    trail = int(len(call_lines) > 0 and (len(tuning_lines) == 0 or call_lines[-1] > tuning_lines[-1]))
+    paired_calls, paired_tunings = call_lines[:len(call_lines) - trail], tuning_lines[lead:]
+    if len(paired_calls) == len(paired_tunings) and bool(np.all(paired_calls + 1 == paired_tunings)):
+        def merged(first: list, second: list) -> list:
+            cut = len(first) - trail
+            return second[:lead] + _interleaved(first[:cut], second[lead:]) + first[cut:]
+    else:
+        order = np.argsort(np.concatenate((call_lines, tuning_lines)), kind="stable").tolist()
+
+        def merged(first: list, second: list) -> list:
+            return list(map((first + second).__getitem__, order))
+    count = len(tuning_rows)
+    if calls.stamps is not None or events.stamps is not None:
+        if events.stamps is None:
+            events.stamps = [None] * len(events.ids)
+        events.stamps += merged(calls.stamps if calls.stamps is not None else [None] * len(calls.ids),
+                                [None] * count)
+    events.ids += merged(calls.ids, [~thread for thread in tunings[0]])
+    events.lines += merged(calls.lines, [0] * count)
+    events.seqs += merged(calls.seqs, tunings[1])
+
+
+def _interleaved(first: list, second: list) -> list:
+    """first[0], second[0], first[1], second[1], ... of two lists of one length."""
+    out = [None] * (2 * len(first))
+    out[0::2] = first
+    out[1::2] = second
+    return out
+
+
+def _claimed_tunings(tuning: list[tuple], state: State) -> tuple[list[int], list[int]]:
+    """(thread, TUNING line) indices of claimed TUNING rows, as `_scan_range` finds them:
+    from the caches keyed by the line's prefix and text, new ones made in file order."""
+    pres = list(map(itemgetter(_PRE), tuning))
+    texts = list(map(itemgetter(_ROW_TUNING), tuning))
+    threads = list(map(state.threads.get, pres))
+    if None in threads:
+        for j, thread in enumerate(threads):
+            if thread is None:
+                thread = state.threads.get(pres[j])
+                threads[j] = thread if thread is not None else _thread(pres[j], state)
+    indices = list(map(state.tunings.get, texts))
+    if None in indices:
+        for j, index in enumerate(indices):
+            if index is None:
+                index = state.tunings.get(texts[j])
+                indices[j] = index if index is not None else _tuning(_TUNING_TEXT.match(texts[j]), state)
+    return threads, indices
+
+
+def _claimed_calls(rows: list[tuple], part: list[tuple], idx: list[int], lo: int, hi: int, first_line: int,
+                   starts: _LineStarts, state: State, events: Events) -> None:
+    """`_claimed`'s events of the COLL lines: `idx`, the indices in `rows` of those
+    among `rows[lo:hi]` (`part`)."""
     if not idx:
         return
     coll = part if len(idx) == len(part) else list(map(rows.__getitem__, idx))
@@ -564,6 +637,7 @@ def _continued(data: bytes, start: int, end: int) -> re.Match | None:
 # and every waiting call once more than HELD_THREADS threads wait (see `replay`).
 HELD_CALLS = 512
 HELD_THREADS = 64
+_is_not_none = functools.partial(is_not, None)
 # Fewer events are replayed one at a time: NumPy's set-up costs more than it saves there
 # (a stream read in small pieces).
 COLUMNAR_EVENTS = 128
@@ -575,8 +649,102 @@ def replay(events: Events, line_base: int, state: State) -> None:
     waits for the TUNING line its thread logs after it (which gives its algorithm and
     protocol), unless its thread has no TUNING lines (more than 512 calls wait) or many
     threads wait at once (more than 64). A record is its index in `state.collected`;
-    nothing here makes an object per call."""
+    nothing here makes an object per call.
+
+    Events without TUNING lines are replayed a column at a time (`replay_untuned`); so
+    are runs of COLL lines each followed at once by its thread's TUNING line (what
+    NCCL_DEBUG_SUBSYS=COLL,TUNING writes: `replay_paired`); the rest one at a time."""
     if replay_untuned(events, line_base, state):
+        return
+    done = 0
+    for lo, hi in paired_runs(events):
+        _replay_one_by_one(events, done, lo, line_base, state)
+        if not replay_paired(events, lo, hi, line_base, state):
+            _replay_one_by_one(events, lo, hi, line_base, state)
+        done = hi
+    _replay_one_by_one(events, done, len(events.ids), line_base, state)
+
+
+def paired_runs(events: Events) -> list[tuple[int, int]]:
+    """The [lo, hi) ranges of events, in order, of at least COLUMNAR_EVENTS events each,
+    that are pairs of a COLL line and then a TUNING line of the same thread."""
+    n = len(events.ids)
+    if n < COLUMNAR_EVENTS:
+        return []
+    ids = np.asarray(events.ids, dtype=np.int64)
+    is_call = ids >= 0
+    if not is_call.any() or is_call.all():
+        return []
+    # Each event's thread, as a code: by shape for a COLL line, by thread for a TUNING line.
+    codes: dict[tuple[bytes, bytes], int] = {}
+    shape_code = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    for sid in np.unique(ids[is_call]).tolist():
+        shape_code[sid] = codes.setdefault(events.shapes[sid][0], len(codes))
+    thread_ids = ~ids[~is_call]
+    thread_code = np.full(int(thread_ids.max()) + 1, -1, dtype=np.int64)
+    for tid in np.unique(thread_ids).tolist():
+        thread_code[tid] = codes.setdefault(events.threads[tid], len(codes))
+    code = np.empty(n, dtype=np.int64)
+    code[is_call] = shape_code[ids[is_call]]
+    code[~is_call] = thread_code[thread_ids]
+    pair = np.zeros(n + 2, dtype=bool)          # pair[i]: events i, i + 1 are such a pair
+    pair[:n - 1] = is_call[:-1] & ~is_call[1:] & (code[:-1] == code[1:])
+    runs: list[tuple[int, int]] = []
+    for parity in (0, 1):                       # pairs never overlap: runs of one parity are apart from the other's
+        step = pair[parity::2].astype(np.int8)
+        edges = np.diff(np.concatenate(([0], step, [0])))
+        for first, stop in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()):
+            if 2 * (stop - first) >= COLUMNAR_EVENTS:
+                runs.append((parity + 2 * first, parity + 2 * stop))
+    return sorted(runs)
+
+
+def replay_paired(events: Events, lo: int, hi: int, line_base: int, state: State) -> bool:
+    """`replay` of events[lo:hi], pairs of a COLL line and its thread's TUNING line
+    (`paired_runs`), a column at a time: each call is emitted at its TUNING line, with
+    that line's algorithm and protocol where its operation and size agree. False
+    (nothing done) where a thread of theirs has calls waiting, or where the threads
+    waiting are as many as HELD_THREADS (a call would then flush them)."""
+    pending, collected = state.pending, state.collected
+    sids = events.ids[lo:hi:2]
+    distinct = dict.fromkeys(sids)
+    if pending and (len(pending) >= HELD_THREADS
+                    or any(events.shapes[sid][0] in pending for sid in distinct)):
+        return False
+    shape_index = collected.shape_index(events.shapes)
+    record = len(collected.shape)
+    calls = len(sids)
+    collected.shape.extend(map(shape_index.__getitem__, sids))
+    lines = events.lines[lo:hi:2]
+    collected.line.extend(lines if line_base == 0 else map(line_base.__add__, lines))
+    collected.seq.extend(events.seqs[lo:hi:2])
+    if events.stamps is not None and collected.stamp is None:
+        collected.stamp = [None] * record
+    if collected.stamp is not None:
+        collected.stamp.extend(events.stamps[lo:hi:2] if events.stamps is not None else repeat(None, calls))
+    tuning_of = events.seqs[lo + 1:hi:2]
+    tuning_list = events.tunings
+    # The (algorithm, protocol) pairs are numbered as `replay` numbers them: in order of the lines.
+    pair_code = {t: collected.tuning(tuning_list[t][2], tuning_list[t][3]) for t in dict.fromkeys(tuning_of)}
+    verdict: dict[tuple[int, int], int | None] = {}
+    for sid, t in dict.fromkeys(zip(sids, tuning_of)):
+        coll, nbytes, _algo, _proto = tuning_list[t]
+        shape = events.shapes[sid]
+        size = shape[7]
+        agrees = (coll is None or shape[1] == coll) and (size == nbytes or size is None)
+        verdict[sid, t] = pair_code[t] if agrees else None
+    codes = list(map(verdict.__getitem__, zip(sids, tuning_of)))
+    tuned = collected.tuned
+    for k in compress(range(calls), map(_is_not_none, codes)):
+        tuned[record + k] = codes[k]
+    collected.emitted.extend(range(record, record + calls))
+    state.summary.records += calls
+    return True
+
+
+def _replay_one_by_one(events: Events, lo: int, hi: int, line_base: int, state: State) -> None:
+    """`replay` of events[lo:hi], one event at a time."""
+    if lo >= hi:
         return
     pending, summary, collected = state.pending, state.summary, state.collected
     shape_list, thread_list, tuning_list = events.shapes, events.threads, events.tunings
@@ -591,7 +759,8 @@ def replay(events: Events, line_base: int, state: State) -> None:
         collected.stamp = [None] * record
     stamps_out = collected.stamp
     stamps = events.stamps if events.stamps is not None else repeat(None)
-    for sid, a, b, ts in zip(events.ids, events.lines, events.seqs, stamps):
+    every = zip(events.ids, events.lines, events.seqs, stamps)
+    for sid, a, b, ts in (every if lo == 0 and hi == len(events.ids) else islice(every, lo, hi)):
         if sid >= 0:
             add_shape(shape_index[sid])
             add_line(a + line_base)
@@ -850,11 +1019,12 @@ def _shape(g: tuple, host: bytes, pid: bytes, comm_ptr: bytes, rank: int | None,
 
 def _tuning(m: re.Match, state: State) -> int:
     """The index in `state.tuning_list` of a TUNING line's (collective or None, bytes,
-    algorithm, protocol), remembered by the line's text."""
-    top, tbytes, algo, proto = m.group(_TOP + 1, _TBYTES + 1, _ALGO + 1, _PROTO + 1)
+    algorithm, protocol), remembered by the line's text; `m` a match of LINE or of
+    `_TUNING_TEXT`."""
+    top, tbytes, algo, proto, text = m.group("top", "tbytes", "algo", "proto", "tuning")
     if len(state.tunings) > 100_000:
         state.tunings.clear()
     state.tuning_list.append((COLLECTIVE_OPS.get(top) if top else None, int(tbytes),
                               algo.decode(), proto.decode()))
-    index = state.tunings[m.group(_TUNING + 1)] = len(state.tuning_list) - 1
+    index = state.tunings[text] = len(state.tuning_list) - 1
     return index

@@ -226,3 +226,50 @@ def test_untuned_replay_same_as_one_event_at_a_time(monkeypatch):
     columnar = read_state(data, by_line_pattern=False)
     monkeypatch.setattr(scan_module, "replay_untuned", lambda *args: False)
     assert columnar == read_state(data, by_line_pattern=False)
+
+
+def tuned_log(calls: int, seed: int) -> bytes:
+    """What NCCL_DEBUG_SUBSYS=COLL,TUNING writes: a TUNING line after every COLL line, of
+    the same thread; now and then one of another size or operation (the call stays
+    untuned), a call with none, a TUNING line with no call, a timestamped pair, a
+    thread that interleaves, or an INIT line."""
+    rng = random.Random(seed)
+    colls = [line for text in (V24, V218, V227) for line in text.splitlines() if "opCount" in line]
+    out = []
+    for _ in range(calls):
+        line = rng.choice(colls)
+        prefix, _, rest = line.partition("NCCL INFO ")
+        if rng.random() < 0.3:
+            prefix = prefix.replace(":12345:12345", f":{rng.randrange(12340, 12344)}:{rng.randrange(12340, 12344)}")
+        op = rest.split(":")[0]
+        count = int(rest.split(" count ")[1].split()[0])
+        nbytes = count * 4 if rng.random() < 0.9 else count * 2
+        tuned_op = op if rng.random() < 0.95 else "Broadcast"
+        tuning = f"{tuned_op}: {nbytes} Bytes -> Algo RING proto LL128 channel{{Lo..Hi}}={{0..3}}"
+        roll = rng.random()
+        if roll < 0.003 or 0.995 < roll:
+            prefix = "2025-01-02 03:04:05.123 " + prefix
+        out.append(prefix + "NCCL INFO " + rest)
+        if roll < 0.005:
+            continue                                                  # a call with no TUNING line
+        if roll < 0.01:
+            out.append(rng.choice(ODD_LINES))
+        out.append(prefix + "NCCL INFO " + tuning)
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("piece", [40_000, 1 << 20])
+def test_tuned_log_in_bulk_same_as_line_pattern(monkeypatch, piece):
+    import collc.traces.nccl_log.scan as scan_module
+    data = tuned_log(2000, seed=3)
+    monkeypatch.setattr(sequential_reader, "CHUNK_BYTES", piece)
+    paired = []
+    real_paired = scan_module.replay_paired
+    monkeypatch.setattr(scan_module, "replay_paired",
+                        lambda *args: paired.append(args[2] - args[1]) or real_paired(*args))
+    bulk = read_state(data, by_line_pattern=False)
+    assert sum(paired) > 2000                                # most events replayed as pairs
+    assert "LL128" in repr(bulk[0]) and "None, None" in repr(bulk[0])     # calls tuned, and some not
+    assert bulk == read_state(data, by_line_pattern=True)
+    monkeypatch.setattr(scan_module, "replay_paired", lambda *args: False)
+    assert bulk == read_state(data, by_line_pattern=False)   # the pairs one event at a time
