@@ -46,6 +46,9 @@ from collc.diagnostics import CollcError
 
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
 MAX_TBS_PER_CHANNEL = 32  # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
+# Made once: np.iinfo builds an object per call (5 us), and `_ChannelTable.best` runs
+# once per chain, millions of times at 1,024 ranks.
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def fusion_candidates(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:
@@ -218,7 +221,7 @@ def _chains(cols: HalfArrays, sends0: np.ndarray, ca: np.ndarray, cb: np.ndarray
     # The place of each transfer's send half: sends differ from each other only in the
     # part of the key both ends share (`HalfKey.message`), so this orders the messages.
     message = places[sends0]
-    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    first = np.full(count, _INT64_MAX, dtype=np.int64)
     np.minimum.at(first, parent, message)
     order = np.lexsort((message, first[parent]))  # chains by their first message, each in time order
     roots = parent[order]
@@ -478,7 +481,7 @@ class _ChannelTable:
             if not fits.any():
                 return -1
         cost = (self.load[:, uses.ids] + uses.messages).max(axis=1)
-        cost[~fits] = np.iinfo(np.int64).max
+        cost[~fits] = _INT64_MAX
         return int(np.argmin(cost))  # the first of the cheapest
 
     def add(self, uses: _Uses, ch: int) -> None:

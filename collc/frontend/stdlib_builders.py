@@ -295,25 +295,31 @@ def _ring_reducescatter(program: Any, coll: Collective, ring: Sequence[int], stm
     if n == 1:
         program.add(COPY, Loc(0, I, 0), Loc(0, O, 0), c, single.span)
         return  # no other op: the ring loops below are empty
-    out = _Emitter(program, coll, n * c)
-    add, (inp, outp, tmp) = out.add, out.bases(n)
+    per_step = n * c  # (p, i) pairs of one step, in loop order
+    out = _Batches(program, coll, 2 * (n - 1) * per_step, scratch=n * c)
+    inp, outp, tmp = out.bases(n)
+    order = np.asarray(ring, dtype=np.int64)
+    p = np.repeat(np.arange(n, dtype=np.int64), c)
+    i = np.tile(np.arange(c, dtype=np.int64), n)
+    k = np.arange(per_step, dtype=np.int64)
+    # Each (s, p, i) copies the receiver's own chunk into the partial sum (its output
+    # in the last step, where the receiver owns the block, else its scratch), then
+    # reduces the sender's partial sum into it: ids 2k and 2k + 1 of the step. As in
+    # the AllReduce's first half, a step's copies touch other slots than its
+    # reductions of other (p, i), so they go in as one batch and the reductions as
+    # another.
     for s in range(n - 1):
-        for p in range(n):
-            src, dst, b = ring[p], ring[(p + 1) % n], ring[(p - 1 - s) % n]
-            for i in range(c):
-                j = b * c + i
-                if dst == b:
-                    add(COPY, inp[dst] + j, outp[dst] + i, own_out.span)
-                    if s == 0:
-                        add(REDUCE, inp[src] + j, outp[dst] + i, first_out.span)
-                    else:
-                        add(REDUCE, tmp[src] + j, outp[dst] + i, next_out.span)
-                else:
-                    add(COPY, inp[dst] + j, tmp[dst] + j, own_tmp.span)
-                    if s == 0:
-                        add(REDUCE, inp[src] + j, tmp[dst] + j, first_tmp.span)
-                    else:
-                        add(REDUCE, tmp[src] + j, tmp[dst] + j, next_tmp.span)
+        src, dst = order[p], order[(p + 1) % n]
+        j = order[(p - 1 - s) % n] * c + i
+        last = s == n - 2  # the receiver is the block's owner (dst == b) exactly then
+        acc = outp[dst] + i if last else tmp[dst] + j
+        base = 2 * s * per_step
+        out.add(base + 2 * k, COPY, inp[dst] + j, acc, own_out.span if last else own_tmp.span)
+        if s == 0:
+            out.add(base + 2 * k + 1, REDUCE, inp[src] + j, acc, first_out.span if last else first_tmp.span)
+        else:
+            out.add(base + 2 * k + 1, REDUCE, tmp[src] + j, acc, next_out.span if last else next_tmp.span)
+    program.columns = out.finish()
 
 
 def _ring_allreduce(program: Any, coll: Collective, ring: Sequence[int], stmts: list[ast.Stmt]) -> None:

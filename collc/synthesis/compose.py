@@ -38,7 +38,8 @@ from collc.synthesis import direct, nodes
 from collc.synthesis.signals import NotOverNodes
 from collc.synthesis.auto import choose, synthesize_copies
 from collc.synthesis.candidates import Candidate, Result, to_result
-from collc.synthesis.halves import gather_ops, reduction_ops
+from collc.synthesis.extract import arrival_trees
+from collc.synthesis.halves import gather_ops, partial_sums, reduction_op_count, reduction_ops
 from collc.synthesis.network import Network, reversed_topology
 from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.plan import Plan, combined_status
@@ -47,6 +48,15 @@ from collc.synthesis.solver import Deadline
 from collc.synthesis.timing import sequence
 
 REDUCTION_KINDS = (CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE)
+
+# Chains the partial sums into one accumulator are dealt to where every sum's landing
+# does not fit the op budget (collc.synthesis.halves.reduction_ops, lanes). At one chunk
+# per rank, time over the bound, chained / 2 lanes / 3 lanes / 4 lanes / every sum
+# landed: dgx_h100(nodes=16) 1.166 / 1.086 / 1.054 / - / 1.054 (the AllGather's own
+# 1.054); dgx_h100(nodes=32), at most 32 peers a GPU as on 128 nodes, 1.105 / 1.044 /
+# 1.027 / 1.032 / 1.027 (the AllGather's 1.027), with 73,472 / 81,664 / 89,856 /
+# 98,048 / 130,560 ops. Three in flight cover a transfer's latency into a rank.
+SPLIT_LANES = 3
 
 
 def reduction_kind(collective: Collective) -> tuple[CollectiveKind, int]:
@@ -140,14 +150,25 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     # ask for, asks for the chained sums instead (options.landings, collc.driver).
     land = kind is CollectiveKind.REDUCESCATTER and whole and options.landings
     order = _start_order(up_ops.ops)
-    ops, scratch, last_write = reduction_ops(up.plan, kind, forward, order, land)
-    if land and chunks == 1 and len(ops) > options.max_ops:
-        # At one chunk per rank no fewer chunks can make room for the landings' local
-        # adds: there they must fit the op budget as well (the 1,024-GPU ReduceScatter's
-        # do not: about twice the ops, and its compile ran past 18 CPU minutes and 7 GiB
-        # with them, against 4 to 8 minutes chained).
-        land = False
-        ops, scratch, last_write = reduction_ops(up.plan, kind, forward, order)
+    trees = arrival_trees(up.plan) if land else None
+    lanes = 1
+    if land and chunks == 1:
+        sums = partial_sums(trees)
+        if reduction_op_count(sums, land=True) > options.max_ops:
+            # At one chunk per rank no fewer chunks can make room for the landings' local
+            # adds: where they do not fit the op budget (the 1,024-GPU ReduceScatter's:
+            # about twice the ops, and its compile ran past 18 CPU minutes and 7 GiB with
+            # them), they are not built, and the partial sums into one rank run in
+            # SPLIT_LANES chains instead, at a local op or two per accumulator (see
+            # SPLIT_LANES), where those fit; else chained. On 1,024 GPUs the chained
+            # sums pass the budget already (a first copy per accumulator on top of the
+            # AllGather's transfers: about 1.18 million ops against 1.05 million); with
+            # lanes regardless, the compile still ended with the chained sums (1.044 of
+            # the bound, the same file) after 879 CPU s, 1.6 to 1.8 times the chained
+            # compile's (each over `collc verify`'s time that day).
+            land = False
+            lanes = SPLIT_LANES if reduction_op_count(sums, lanes=SPLIT_LANES) <= options.max_ops else 1
+    ops, scratch, last_write = reduction_ops(up.plan, kind, forward, order, land, lanes, trees)
     plans = [up.plan]
     if kind is CollectiveKind.ALLREDUCE:
         if mirror:
@@ -163,22 +184,27 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
         scratch = tuple(a + b for a, b in zip(scratch, extra)) if extra else scratch
     timeline = sequence(ops, forward, fine.slot_bytes(size_bytes), options.timing)
     # A landing is the one transfer that copies rather than reduces (reduction_ops).
-    landings = sum(op.is_transfer and op.kind is OpKind.COPY for op in ops) if land else 0
-    if landings and timeline.seconds > up.estimate_s:
+    landings = sum(op.is_transfer and op.kind is OpKind.COPY for op in ops) if land or lanes > 1 else 0
+    # Lanes add a lane's slot in after the accumulator's last sum, so they can trail
+    # the AllGather's pace by a hair; within the search's tolerance of it, the chained
+    # sums (slower on every model measured) are not built and list-scheduled as well.
+    slack = 1 + options.tolerance if lanes > 1 else 1
+    if landings and timeline.seconds > up.estimate_s * slack:
         # The list scheduler is greedy, and with the landings it can do worse (on a
         # two-chassis cluster of 4 GPUs, 1.125 of the bound against 1.0625 chained):
         # the faster of the two, the chained one on a tie (fewer ops). Where the
         # landings keep the pace of the AllGather they reverse, the chained sums (the
         # same transfers, each waiting for the one before) are not list-scheduled too:
         # on a large cluster that would be a second pass over every op.
-        chained, chained_scratch, _ = reduction_ops(up.plan, kind, forward, order)
+        chained, chained_scratch, _ = reduction_ops(up.plan, kind, forward, order, trees=trees)
         other = sequence(chained, forward, fine.slot_bytes(size_bytes), options.timing)
         if other.seconds <= timeline.seconds:
             timeline, scratch, landings = other, chained_scratch, 0
     scratch = scratch if any(scratch) else ()
     status = combined_status([p.status for p in plans])
     plan = Plan(up.plan.problem, up.plan.transfers, up.plan.method, status, up.plan.epochs, up.plan.stats,
-                {**up.plan.facts, "composed_from": base.kind.value, **({"landings": landings} if landings else {})})
+                {**up.plan.facts, "composed_from": base.kind.value, **({"landings": landings} if landings else {}),
+                 **({"landing_lanes": lanes} if landings and lanes > 1 else {})})
     sched_plan = replace(plan, problem=replace(plan.problem, collective=fine))
     cand = Candidate(sched_plan, timeline, scratch, timeline.seconds, chunks)
     if kind is CollectiveKind.ALLREDUCE and collective.kind is kind:  # custom-labelled: the composition

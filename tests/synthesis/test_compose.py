@@ -178,7 +178,26 @@ def test_without_landings_partial_sums_are_chained():
                      SynthesisOptions(progress=False, chunks=1, landings=False))
     assert not any(op.is_transfer and op.kind is OpKind.COPY for op in res.schedule.ops)
     assert "landings" not in res.facts
-    # At one chunk, the landings' local adds must fit the op budget too.
+    # At one chunk, the landings' local adds must fit the op budget too (on dgx1 at most
+    # three sums reach one rank, so lanes are no cheaper than landing every sum).
     small = synthesize(topo, standard("reducescatter", 8, 1), 1 << 30,
                        SynthesisOptions(progress=False, chunks=1, max_ops=len(res.schedule.ops)))
     assert "landings" not in small.facts and small.schedule.ops == res.schedule.ops
+
+
+def test_where_every_landing_does_not_fit_the_partial_sums_run_in_lanes():
+    from collc.analysis.bounds import lower_bounds
+    from collc.synthesis.compose import SPLIT_LANES
+    from topos import dgx_h100
+
+    # dgx_h100(nodes=4) at one chunk per rank: 1,120 ops chained (1.691 of the bound),
+    # 1,984 with every sum landed (1.222). Within 1,500 ops every sum's landing does not
+    # fit, and the sums into one rank run in lanes: 1,376 ops, 1.329.
+    topo = dgx_h100(4)
+    coll = standard("reducescatter", 32, 1)
+    res = synthesize(topo, coll, 1 << 30, SynthesisOptions(progress=False, chunks=1, max_ops=1500))
+    verify(res.schedule, topo)
+    assert res.facts["landing_lanes"] == SPLIT_LANES and len(res.schedule.ops) <= 1500
+    assert res.facts["landings"] == sum(op.is_transfer and op.kind is OpKind.COPY for op in res.schedule.ops) > 0
+    assert res.estimate_s / lower_bounds(topo, coll, 1 << 30).best_s < 1.4
+    assert simulate(res.schedule, topo, 1 << 30).time_s == pytest.approx(res.estimate_s, rel=1e-9)
