@@ -419,23 +419,27 @@ def _assign_channels(cache: PlanCache, c: int) -> np.ndarray | None:
 
 class _Uses:
     """The connections a chain uses, ((sender, receiver), connection number, messages)
-    each, and what `_ChannelTable` asks of them, as arrays."""
+    each, and what `_ChannelTable` asks of them. Only the items are kept (a chain per
+    transfer or chunk: a million at 1,024 GPUs, most of one connection): the arrays
+    the table weighs a long chain with are made when it asks."""
 
-    __slots__ = ("items", "ids", "messages", "senders", "new_receivers", "receivers", "new_senders")
+    __slots__ = ("items",)
 
     def __init__(self, items: list[tuple[tuple[int, int], int, int]]):
         self.items = items
-        # The chain's own peers count too: it may add several to one rank.
-        to, came = self.to, self.came
-        self.ids = np.array([i for _, i, _ in items], dtype=np.int64)
-        self.messages = np.array([n for _, _, n in items], dtype=np.int64)
-        self.senders = np.array(list(to), dtype=np.int64)
-        self.new_receivers = np.array([len(v) for v in to.values()], dtype=np.int64)
-        self.receivers = np.array(list(came), dtype=np.int64)
-        self.new_senders = np.array([len(v) for v in came.values()], dtype=np.int64)
 
-    # The peers themselves, by rank, are asked for only by the exact test (`_fits`):
-    # not kept (a chain per chunk: hundreds of thousands at 1,024 GPUs).
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(connection numbers, messages, senders, receivers each sends to, receivers,
+        senders each receives from): the chain's own peers count too, since it may add
+        several to one rank."""
+        to, came = self.to, self.came
+        return (np.array([i for _, i, _ in self.items], dtype=np.int64),
+                np.array([n for _, _, n in self.items], dtype=np.int64),
+                np.array(list(to), dtype=np.int64), np.array([len(v) for v in to.values()], dtype=np.int64),
+                np.array(list(came), dtype=np.int64), np.array([len(v) for v in came.values()], dtype=np.int64))
+
+    # The peers themselves, by rank, are asked for only by the exact test (`_fits`) and
+    # the weighing of short chains.
     @property
     def to(self) -> dict[int, list[int]]:
         """Sender -> the receivers it sends to in this chain, in order of first use."""
@@ -451,6 +455,13 @@ class _Uses:
         for (a, b), _, _ in self.items:
             out.setdefault(b, []).append(a)
         return out
+
+
+# A chain whose connections times the channels are at most this many is weighed one
+# channel and connection at a time: numpy's cost per call (tens of microseconds a chain)
+# is most of the work for the one-connection chains of a rail AllToAll (a million at
+# 1,024 GPUs), while a chunk's chain of a thousand connections is weighed on arrays.
+SCALAR_WEIGHING = 32
 
 
 class _ChannelTable:
@@ -470,19 +481,42 @@ class _ChannelTable:
     def best(self, uses: _Uses) -> int:
         """The channel for the connections `uses`, -1 if none has room; the lowest
         channel among the least loaded."""
+        if len(uses.items) * len(self.load) <= SCALAR_WEIGHING:
+            return self._best_scalar(uses)
         limit = MAX_TBS_PER_CHANNEL
+        ids, messages, senders, new_receivers, receivers, new_senders = uses.arrays()
         # Counting every new peer as new to its rank decides most channels at once; the
         # exact test (which knows the old peers) runs only where that says no.
-        fits = ((self.send_count[:, uses.senders] + uses.new_receivers <= limit).all(axis=1)
-                & (self.recv_count[:, uses.receivers] + uses.new_senders <= limit).all(axis=1))
+        fits = ((self.send_count[:, senders] + new_receivers <= limit).all(axis=1)
+                & (self.recv_count[:, receivers] + new_senders <= limit).all(axis=1))
         if not fits.all():
+            to, came = uses.to, uses.came
             for ch in np.flatnonzero(~fits).tolist():
-                fits[ch] = _fits(self.send_peers[ch], uses.to, limit) and _fits(self.recv_peers[ch], uses.came, limit)
+                fits[ch] = _fits(self.send_peers[ch], to, limit) and _fits(self.recv_peers[ch], came, limit)
             if not fits.any():
                 return -1
-        cost = (self.load[:, uses.ids] + uses.messages).max(axis=1)
+        cost = (self.load[:, ids] + messages).max(axis=1)
         cost[~fits] = _INT64_MAX
         return int(np.argmin(cost))  # the first of the cheapest
+
+    def _best_scalar(self, uses: _Uses) -> int:
+        """`best` for a short chain, channel by channel: the same counting test, exact
+        test and choice."""
+        limit = MAX_TBS_PER_CHANNEL
+        items = uses.items
+        to, came = uses.to, uses.came
+        best, best_cost = -1, 0
+        for ch in range(len(self.load)):
+            send_count, recv_count = self.send_count[ch], self.recv_count[ch]
+            if not (all(send_count[a] + len(bs) <= limit for a, bs in to.items())
+                    and all(recv_count[b] + len(as_) <= limit for b, as_ in came.items())):
+                if not (_fits(self.send_peers[ch], to, limit) and _fits(self.recv_peers[ch], came, limit)):
+                    continue
+            load = self.load[ch]
+            cost = max(int(load[i]) + n for _, i, n in items)
+            if best < 0 or cost < best_cost:
+                best, best_cost = ch, cost
+        return best
 
     def add(self, uses: _Uses, ch: int) -> None:
         sends, recvs, load = self.send_peers[ch], self.recv_peers[ch], self.load[ch]

@@ -2,8 +2,7 @@
 
 `collc.verify.symbolic.verify` runs a schedule op by op in Python (a few microseconds
 an op: about 17 s for the 3.1 million ops of a ring AllReduce on 1,024 ranks). For the
-common shape (ops of one slot, ids that are list positions, and
-every slot's value a set of chunks of one index, which covers the standard collectives)
+common shape (ids that are list positions, and every slot's value a set of chunks of one index, which covers the standard collectives)
 the same checks run here on numpy arrays:
 
 - structure: dependencies earlier in the list and at an earlier step, slots inside
@@ -48,8 +47,8 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     routes: dict[tuple[str, ...], int] = {}
     # Kept (where it has no routes): a lowering pass's re-verification reads them again.
     cols = columns_of(schedule, keep=True, routes=routes)
-    if bool((cols.count != 1).any()) or not np.array_equal(cols.ids, np.arange(n)):
-        return False  # several slots per op, ids that are not positions
+    if bool((cols.count < 1).any()) or not np.array_equal(cols.ids, np.arange(n)):
+        return False  # an op of no slots, ids that are not positions
     edges = cols.edges()
     if edges is None:
         return False
@@ -62,11 +61,27 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
         return False
     src, dst, total = slots
     reduce = (cols.kind_route & 1) == 1  # kind_route is route code x 2 + kind
+    # One access per slot moved: an op of c slots is c accesses of its step, by it.
+    who, src, dst = _per_slot(cols.count, src, dst)
+    if who is not None:
+        step, reduce = step[who], reduce[who]
     del cols, edges  # hundreds of MB at 1,024 ranks: keep only what the runs below read
-    if not _race_free(src, dst, step, _DepTable(op_of_edge, dep, n), n):
+    if not _race_free(src, dst, step, _DepTable(op_of_edge, dep, n), who):
         return False
     del op_of_edge, dep
     return _values_meet_postcondition(schedule, src, dst, reduce, step, total)
+
+
+def _per_slot(count: np.ndarray, src: np.ndarray, dst: np.ndarray
+              ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """(the op of each slot access, their source and destination slot numbers) for ops
+    of `count` slots from `src` and to `dst` (their first slots); the op column is None
+    where every op moves one slot (the accesses are then the ops)."""
+    if bool((count == 1).all()):
+        return None, src, dst
+    who = np.repeat(np.arange(len(count)), count)
+    offset = np.arange(len(who)) - np.repeat(np.cumsum(count) - count, count)
+    return who, src[who] + offset, dst[who] + offset
 
 
 def _slot_numbers(schedule: Schedule, cols: OpColumns, topology: Topology | None,
@@ -83,8 +98,8 @@ def _slot_numbers(schedule: Schedule, cols: OpColumns, topology: Topology | None
     for rb, idx in ((cols.src_rb, cols.src_idx), (cols.dst_rb, cols.dst_idx)):
         if bool((rb < 0).any()) or bool((rb >= 3 * ranks).any()) or bool((idx < 0).any()):
             return None
-        if bool((idx >= sizes[rb]).any()):
-            return None
+        if bool((idx + cols.count > sizes[rb]).any()):
+            return None  # the op's last slot is past its buffer's end
         out.append(base[rb] + idx)
     dst_buf = cols.dst_rb % 3
     if bool((dst_buf == 0).any()):
@@ -158,10 +173,13 @@ class _DepTable:
         return out
 
 
-def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, table: _DepTable, n: int) -> bool:
+def _race_free(src: np.ndarray, dst: np.ndarray, step: np.ndarray, table: _DepTable, op: np.ndarray | None) -> bool:
     """Every two accesses of a slot where one writes are ordered by a direct dependency
-    (see the module docstring); False also for orders this path does not search."""
-    op = np.arange(n)
+    (see the module docstring); False also for orders this path does not search. `op`:
+    the op of each access (None: access i is op i). An op whose source and destination
+    overlap reads and writes one slot in its step: False, left to the op-by-op run."""
+    n = len(src)
+    op = np.arange(n) if op is None else op
     slot = np.concatenate((src, dst))
     when = np.concatenate((step, step))
     who = np.concatenate((op, op))

@@ -198,3 +198,43 @@ def test_the_array_form_never_accepts_a_routed_schedule_the_verifier_rejects(see
         accepted += fast
         rejected += not ok
     assert rejected > 30 and accepted > 0
+
+
+@pytest.fixture(scope="module")
+def rail_alltoall(tmp_path_factory):
+    """A rail AllToAll on 4 nodes of 4 GPUs: its rail and scatter ops move a row of 4
+    blocks each (ops of several slots). Built once for the tests below."""
+    from rail_topologies import quad
+
+    from collc.ir.collective import alltoall
+    from collc.synthesis.core import synthesize
+    from collc.synthesis.options import SynthesisOptions
+
+    topo = quad(tmp_path_factory.mktemp("rails"), 4, 8)
+    result = synthesize(topo, alltoall(topo.num_ranks), 1 << 30,
+                        SynthesisOptions(progress=False, max_peers=32, peer_limit=5))
+    assert result.method == "rails"
+    return topo, result.schedule
+
+
+def test_ops_of_several_slots_verify_on_arrays(rail_alltoall):
+    topo, sched = rail_alltoall
+    assert max(op.count for op in sched.ops) == 4
+    assert verify_on_arrays(sched, topo)
+    # A row one slot short leaves its last block's output empty; one slot long reads
+    # past what its gather filled or writes past the buffer: both rejected by both.
+    i = next(k for k, op in enumerate(sched.ops) if op.count == 4 and op.dst.buffer is Buffer.OUTPUT)
+    for count in (3, 5):
+        wrong = replace(sched, ops=sched.ops[:i] + (replace(sched.ops[i], count=count),) + sched.ops[i + 1:])
+        assert _both_verdicts(wrong, topo) == (False, False)
+
+
+def test_the_array_form_never_accepts_a_several_slot_schedule_the_verifier_rejects(rail_alltoall):
+    topo, sched = rail_alltoall
+    rng = random.Random(6)
+    accepted = rejected = 0
+    for wrong in _mutations(sched, rng, 60):
+        fast, ok = _both_verdicts(wrong, topo)
+        accepted += fast
+        rejected += not ok
+    assert rejected > 20 and accepted > 0

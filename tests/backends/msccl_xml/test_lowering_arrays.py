@@ -1,7 +1,7 @@
 """The lowering's integer and array forms decide exactly as the plain rules they replace.
 
-The channel table weighs a chain against every channel at once (numpy) and falls back to
-the exact peer test only where counting all new peers says no; halves carry integer
+The channel table weighs a long chain against every channel at once (numpy), a short one
+channel by channel, and falls back to the exact peer test only where counting all new peers says no; halves carry integer
 places instead of keys; msccl-merge keeps the ops it does not change. Each test compares
 with the rule written out plainly, or checks the property the shortcut relies on.
 """
