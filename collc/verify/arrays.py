@@ -49,6 +49,8 @@ def verify_on_arrays(schedule: Schedule, topology: Topology | None) -> bool:
     cols = columns_of(schedule, keep=True, routes=routes)
     if bool((cols.count < 1).any()) or not np.array_equal(cols.ids, np.arange(n)):
         return False  # an op of no slots, ids that are not positions
+    if int(cols.count.sum()) > min(SLOTS_PER_OP * n, MOST_ACCESSES):
+        return False  # ops of long ranges: the op-by-op run holds a range as one item
     edges = cols.edges()
     if edges is None:
         return False
@@ -298,6 +300,12 @@ class _Values:
         return out
 
 
+# Ops of several slots are checked here slot by slot (a rail AllToAll's rows of 8
+# blocks: about 10 M accesses at 1,024 GPUs); ops of long ranges are left to the op-by-op
+# run, whose cost does not grow with a range's length: an AllReduce composed over 128
+# nodes, whose node-level transfers move whole ranges, needed over 23 GiB here.
+SLOTS_PER_OP = 16
+MOST_ACCESSES = 16_000_000
 _BLOCK = 1 << 17  # slots compared at once (bounds the temporaries at 1,024 ranks)
 
 

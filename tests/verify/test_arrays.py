@@ -229,6 +229,20 @@ def test_ops_of_several_slots_verify_on_arrays(rail_alltoall):
         assert _both_verdicts(wrong, topo) == (False, False)
 
 
+def test_ops_of_long_ranges_are_left_to_the_op_by_op_run(rail_alltoall, monkeypatch):
+    # Slot by slot, an AllReduce composed over 128 nodes (node-level ops of whole ranges)
+    # passed 23 GiB; past SLOTS_PER_OP accesses an op on average, the op-by-op run decides.
+    import collc.verify.arrays as arrays
+
+    topo, sched = rail_alltoall
+    monkeypatch.setattr(arrays, "SLOTS_PER_OP", 1)
+    assert not verify_on_arrays(sched, topo)
+    verify(sched, topo)
+    monkeypatch.setattr(arrays, "SLOTS_PER_OP", 4)
+    monkeypatch.setattr(arrays, "MOST_ACCESSES", 10)
+    assert not verify_on_arrays(sched, topo)
+
+
 def test_the_array_form_never_accepts_a_several_slot_schedule_the_verifier_rejects(rail_alltoall):
     topo, sched = rail_alltoall
     rng = random.Random(6)
