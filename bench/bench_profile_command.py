@@ -12,7 +12,7 @@ the real 2.27.7 sample):
     the HTA sample): the whole command against the reader's own time (`read_traces` in
     a fresh process).
 Each run is a fresh process; wall time, CPU time of the process and its workers
-(`RUSAGE_CHILDREN`), the load average before the run, and MB/s and records/s of wall
+(`RUSAGE_CHILDREN`), the peak resident memory of the process itself (its workers apart), the load average before the run, and MB/s and records/s of wall
 time. `--baseline REV` runs the same commands with collc at git revision REV as well,
 interleaved, so that both see the same load; `--baseline-site DIR` instead takes the
 baseline from an installed collc's site-packages folder (installed, with its bytecode
@@ -41,8 +41,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from make_hsdp_log import make_log  # noqa: E402  (a script beside this one)
 
-COMMAND = "import sys; from collc.cli import run; sys.argv = ['collc', *sys.argv[1:]]; run()"
-READER = "import sys; from collc.traces.sources import read_traces; read_traces(sys.argv[1:])"
+# The measured process writes its own peak resident set (KiB) as it leaves, the parent's
+# peak apart from its workers': collc's command leaves through os._exit (no teardown),
+# so that is wrapped too; forked workers, which also leave through it, write nothing.
+PEAK = ("import atexit, os, resource\n"
+        "def _peak(pid=os.getpid()):\n"
+        "    if os.getpid() == pid:\n"
+        "        open(os.environ['BENCH_PEAK_FILE'], 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+        "def _leave(code, _exit=os._exit):\n"
+        "    _peak()\n"
+        "    _exit(code)\n"
+        "os._exit = _leave\n"
+        "atexit.register(_peak)\n")
+COMMAND = PEAK + "import sys; from collc.cli import run; sys.argv = ['collc', *sys.argv[1:]]; run()"
+READER = PEAK + "import sys; from collc.traces.sources import read_traces; read_traces(sys.argv[1:])"
 
 
 def export_revision(rev: str, tmp: Path) -> Path:
@@ -61,6 +73,9 @@ def timed(code: str, args: list[str], source: Path | None, cwd: Path) -> dict:
     """One run in a fresh process, in `cwd`: not in the checkout, whose `collc/` folder
     would shadow the collc being measured (`python -c` puts the current folder first)."""
     env = dict(os.environ)
+    peak_file = cwd / "peak-kib.txt"
+    peak_file.unlink(missing_ok=True)
+    env["BENCH_PEAK_FILE"] = str(peak_file)
     if source is not None:
         env["PYTHONPATH"] = str(source)
     load = os.getloadavg()[0]
@@ -70,7 +85,9 @@ def timed(code: str, args: list[str], source: Path | None, cwd: Path) -> dict:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load": round(load, 2)}
+    peak_mib = int(peak_file.read_text()) / 1024 if peak_file.exists() else None
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load": round(load, 2),
+            "parent_peak_mib": None if peak_mib is None else round(peak_mib)}
 
 
 def best(runs: list[dict]) -> dict:

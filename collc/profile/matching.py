@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -68,8 +68,9 @@ class JobCall:
 _ALONE, _COLLECTIVE, _P2P = 0, 1, 2
 
 
-def dense_key(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
-    """One int64 per record, equal for two records exactly where all `columns` are."""
+def dense_key(columns: Iterable[np.ndarray], n: int) -> np.ndarray:
+    """One int64 per record, equal for two records exactly where all `columns` are
+    (taken one at a time: they may come from a generator)."""
     key = np.zeros(n, dtype=np.int64)
     span = 1
     for column in columns:
@@ -105,14 +106,20 @@ def unique_first(key: np.ndarray, counts: bool = False) -> tuple[np.ndarray, ...
         low = int(key.min())
         width = int(key.max()) - low + 1
         if width <= DENSE_RANGE_PER_KEY * n + DENSE_SLACK:
+            # Each table as long as the range is dropped once used: the range may be 4n.
             shifted = key - low
             first_at = np.full(width, n, dtype=np.int64)
             np.minimum.at(first_at, shifted, np.arange(n, dtype=np.int64))
             present = first_at < n
             values = np.flatnonzero(present)
-            inverse = (np.cumsum(present) - 1)[shifted]
-            out = (values + low, first_at[values], inverse)
-            return out + (np.bincount(shifted, minlength=width)[values],) if counts else out
+            firsts = first_at[values]
+            del first_at
+            number = np.cumsum(present) - 1
+            del present
+            inverse = number[shifted]
+            del number, shifted
+            out = (values + low, firsts, inverse)
+            return out + (np.bincount(inverse, minlength=len(values)),) if counts else out
     return np.unique(key, return_index=True, return_inverse=True, return_counts=counts)
 
 
@@ -159,7 +166,7 @@ def _int_codes(values: np.ndarray, dense: bool = False) -> np.ndarray:
     """Int64 codes with the equalities of `values` (int64, or Python ints past 63 bits);
     `dense`: numbered 0..k-1 (one sort), so that keys packing them stay narrow."""
     if values.dtype != object and not dense:
-        return values.astype(np.int64)
+        return values.astype(np.int64, copy=False)
     return np.unique(values, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
 
@@ -199,7 +206,7 @@ class Records:
         named, named_by = _codes(cols, "named_by")
         sources = cols.tables["source"]
         rank_none = cols.int_none["rank"]
-        rank = cols.ints["rank"].astype(np.int64)
+        rank = cols.ints["rank"].astype(np.int64, copy=False)
         # A rank key is (0, rank) or (1, source): packed, then numbered.
         source = cols.codes["source"].astype(np.int64)
         pair = dense_key([rank_none, np.where(rank_none, source, rank)], cols.n)
@@ -208,7 +215,7 @@ class Records:
         nranks = np.where(cols.int_none["nranks"], 0, cols.ints["nranks"]).astype(np.int64)
         return cls(cols.n, comms, comm, collectives, collective, rank_keys, ids,
                    cols.int_none["bytes"], _int_codes(cols.ints["bytes"], dense=True),
-                   cols.int_none["peer"], cols.ints["peer"].astype(np.int64), nranks,
+                   cols.int_none["peer"], cols.ints["peer"].astype(np.int64, copy=False), nranks,
                    dtypes, dtype, named, named_by,
                    cols.float_none["start_us"], cols.floats["start_us"],
                    cols.float_none["duration_us"], cols.floats["duration_us"],
@@ -260,67 +267,83 @@ class Matched:
 
 
 def match(cols: CallColumns) -> Matched:
-    """The job calls of a set of records (the mix's rules, module docstring of `mix`)."""
+    """The job calls of a set of records (the mix's rules, module docstring of `mix`).
+
+    Each rule's working arrays live in a function of its own and are freed when it
+    returns: matching 19 M records (64 per-rank logs) needs a dozen int64 columns of
+    them at most at once, not every rule's at the same time."""
     r = Records.of(cols)
     n = r.n
-    position = np.arange(n, dtype=np.int64)
     send = r.code_of(r.collectives, "send")
     recv = r.code_of(r.collectives, "recv")
     is_send = r.collective == send
     is_p2p = is_send | (r.collective == recv)
     kind = np.full(n, _ALONE, dtype=np.int64)
-    a = position.copy()                       # the key's columns after the kind and the communicator
+    a = np.arange(n, dtype=np.int64)          # the key's columns after the kind and the communicator
     b = np.zeros(n, dtype=np.int64)
     c = np.zeros(n, dtype=np.int64)
-
-    # Collectives on a communicator that more than one rank recorded: matched.
-    coll = ~is_p2p
-    comm_rank = dense_key([r.comm, r.rank_key], n)
-    one_each = unique_first(comm_rank[coll])[1]      # a record of each (comm, rank)
-    ranks_on = np.bincount(r.comm[coll][one_each], minlength=len(r.comms))
-    matched = coll & (ranks_on[r.comm] > 1)
-    if matched.any():
-        idx = np.flatnonzero(matched)
-        stream, _ = first_ids(comm_rank[idx])
-        nth = nth_in_stream(stream, r.start[idx], r.start_none[idx])
-        # By seq on a communicator only where every stream has a seq on every record, all distinct.
-        seq_pairs = dense_key([stream, r.seq[idx]], len(idx))
-        repeated = np.zeros(int(stream.max()) + 1, dtype=bool)
-        uniq, _, _, counts = unique_first(seq_pairs, counts=True)
-        dup_streams = stream[np.isin(seq_pairs, uniq[counts > 1])]
-        repeated[dup_streams] = True
-        repeated[stream[r.seq_none[idx]]] = True
-        comm_of = r.comm[idx]
-        bad_comm = np.zeros(len(r.comms), dtype=bool)
-        bad_comm[comm_of[repeated[stream]]] = True
-        by_seq = ~bad_comm[comm_of]
-        kind[idx] = _COLLECTIVE
-        a[idx] = np.where(by_seq, r.seq[idx], nth)
-        b[idx] = r.collective[idx]
-
-    # Send/Recv with a known peer: the n-th send a->b meets the n-th recv on b from a.
-    paired = is_p2p & ~r.peer_none
-    if paired.any():
-        idx = np.flatnonzero(paired)
-        # The peer as a rank key: a rank the records name, or a new id past them.
-        peer_key = _peer_keys(r, r.peer[idx])
-        me = r.rank_key[idx]
-        src = np.where(is_send[idx], me, peer_key)
-        dst = np.where(is_send[idx], peer_key, me)
-        stream, _ = first_ids(dense_key([r.comm[idx], r.collective[idx], src, dst], len(idx)))
-        kind[idx] = _P2P
-        a[idx] = src
-        b[idx] = dst
-        c[idx] = nth_in_stream(stream, r.start[idx], r.start_none[idx])
-
+    _match_collectives(r, ~is_p2p, kind, a, b)
+    _match_point_to_point(r, is_p2p & ~r.peer_none, is_send, kind, a, b, c)
     job, first = first_ids(_job_keys(kind, r, a, b, c))
+    del a, b, c
     count = len(first)
     any_send = np.bincount(job[is_send], minlength=count) > 0 if send >= 0 else np.zeros(count, dtype=bool)
     collective = r.collective[first]
     if send >= 0:
         collective = np.where((kind[first] == _P2P) & any_send, send, collective)
-    order = np.lexsort((position, job))
+    del kind
+    order = np.lexsort((np.arange(n, dtype=np.int64), job))
     return Matched(r, cols, job, first, collective, order)
+
+
+def _match_collectives(r: Records, coll: np.ndarray, kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """Collectives on a communicator that more than one rank recorded: matched (their
+    kind, and a, b of their keys, set in place)."""
+    n = r.n
+    comm_rank = dense_key([r.comm, r.rank_key], n)
+    one_each = unique_first(comm_rank[coll])[1]      # a record of each (comm, rank)
+    ranks_on = np.bincount(r.comm[coll][one_each], minlength=len(r.comms))
+    matched = coll & (ranks_on[r.comm] > 1)
+    if not matched.any():
+        return
+    idx = np.flatnonzero(matched)
+    stream, _ = first_ids(comm_rank[idx])
+    del comm_rank, matched
+    nth = nth_in_stream(stream, r.start[idx], r.start_none[idx])
+    # By seq on a communicator only where every stream has a seq on every record, all distinct.
+    seq_pairs = dense_key([stream, r.seq[idx]], len(idx))
+    repeated = np.zeros(int(stream.max()) + 1, dtype=bool)
+    uniq, _, _, counts = unique_first(seq_pairs, counts=True)
+    dup_streams = stream[np.isin(seq_pairs, uniq[counts > 1])]
+    del seq_pairs, uniq, counts
+    repeated[dup_streams] = True
+    repeated[stream[r.seq_none[idx]]] = True
+    comm_of = r.comm[idx]
+    bad_comm = np.zeros(len(r.comms), dtype=bool)
+    bad_comm[comm_of[repeated[stream]]] = True
+    by_seq = ~bad_comm[comm_of]
+    kind[idx] = _COLLECTIVE
+    a[idx] = np.where(by_seq, r.seq[idx], nth)
+    b[idx] = r.collective[idx]
+
+
+def _match_point_to_point(r: Records, paired: np.ndarray, is_send: np.ndarray, kind: np.ndarray,
+                          a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+    """Send/Recv with a known peer: the n-th send a->b meets the n-th recv on b from a
+    (their kind and a, b, c of their keys, set in place)."""
+    if not paired.any():
+        return
+    idx = np.flatnonzero(paired)
+    # The peer as a rank key: a rank the records name, or a new id past them.
+    peer_key = _peer_keys(r, r.peer[idx])
+    me = r.rank_key[idx]
+    src = np.where(is_send[idx], me, peer_key)
+    dst = np.where(is_send[idx], peer_key, me)
+    stream, _ = first_ids(dense_key([r.comm[idx], r.collective[idx], src, dst], len(idx)))
+    kind[idx] = _P2P
+    a[idx] = src
+    b[idx] = dst
+    c[idx] = nth_in_stream(stream, r.start[idx], r.start_none[idx])
 
 
 def _job_keys(kind: np.ndarray, r: Records, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -333,8 +356,9 @@ def _job_keys(kind: np.ndarray, r: Records, a: np.ndarray, b: np.ndarray, c: np.
     grouped = np.flatnonzero(kind != _ALONE)
     key = np.arange(n, dtype=np.int64)
     if len(grouped):
-        packed = dense_key([kind[grouped], r.comm[grouped], a[grouped], b[grouped], c[grouped],
-                            r.bytes_none[grouped], r.bytes[grouped]], len(grouped))
+        # A generator: each column is gathered as dense_key packs it, not all seven first.
+        packed = dense_key((column[grouped] for column in (kind, r.comm, a, b, c, r.bytes_none, r.bytes)),
+                           len(grouped))
         codes = unique_first(packed)[2].astype(np.int64)
         key += int(codes.max()) + 1
         key[grouped] = codes

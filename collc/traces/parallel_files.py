@@ -119,7 +119,7 @@ def combine(results: Iterable[FileResult], context: TraceContext
         close = getattr(results, "close", None)
         if close is not None:       # a generator of results: stop its pool now, not when collected
             close()
-    return concat_columns(columns) if columns else empty_columns(), summaries
+    return concat_columns(columns, consume=True) if columns else empty_columns(), summaries
 
 
 def merge_context(into: TraceContext, other: TraceContext) -> None:

@@ -146,7 +146,7 @@ def _read_archive(archive: TraceSource, context: TraceContext
                 summaries.extend(member_summaries)
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise CollcError(f"unreadable archive: {e}", Span(archive.name, 1, 1)) from None
-    return (concat_columns(columns) if columns else empty_columns()), summaries
+    return (concat_columns(columns, consume=True) if columns else empty_columns()), summaries
 
 
 def read_file_columns(path: str) -> FileResult:
@@ -185,6 +185,6 @@ def read_traces(paths: Sequence[str | os.PathLike], workers: int | None = None, 
             sources.extend(summaries)
             if progress is not None:
                 progress(done, len(files))
-        columns = concat_columns(parts) if parts else empty_columns()
+        columns = concat_columns(parts, consume=True) if parts else empty_columns()
     return TraceSet(columns=columns, sources=sources, world_size=context.world_size,
                     communicators=context.communicators, notes=context.notes)

@@ -34,3 +34,15 @@ def test_concatenated_columns_are_the_records_one_after_the_other():
          CollectiveCall("a", "line 9", "send", rank=2, communicator="c1", seq=4)]
     joined = concat_columns([to_columns(a), to_columns([]), to_columns(b)])
     assert joined.n == 5 and from_columns(joined) == a + b
+
+
+def test_joining_parts_it_may_consume_gives_the_same_records_and_releases_their_arrays():
+    a = [CollectiveCall("a", "line 7", "send", rank=None, peer=3, seq=2**64 - 1, group_ranks=(0, 4)),
+         CollectiveCall("a", "somewhere", "allreduce", rank=1, communicator="c1", dtype="float32")]
+    b = [CollectiveCall("b.json", "event 3", "allreduce", rank=0, communicator="c2", duration_us=1.5),
+         CollectiveCall("a", "line 9", "send", rank=2, communicator="c1", seq=4)]
+    parts = [to_columns(a), to_columns([]), to_columns(b)]
+    joined = concat_columns(parts, consume=True)
+    assert from_columns(joined) == a + b
+    # the parts' arrays were dropped as they were copied (what keeps a join to one copy)
+    assert all(not p.ints and not p.codes and not p.floats for p in parts)
