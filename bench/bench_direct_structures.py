@@ -12,14 +12,17 @@ Three parts:
   receive; every other rank one step per child, the first fused with its own receive),
   so a star costs 2N - 2 and a path N.
 - `paths`: the same LP priced with Hamiltonian paths (one leaf per structure) instead
-  of spanning trees, then pipelined as synthesis pipelines the trees, at `--pieces`.
-  The pricing is exact for this topology's shape (two chassis on a switch each, joined
-  by single links between chosen GPUs; `PathGrid`) and is swapped in for the tree
-  pricing here only.
+  of spanning trees, and with caterpillars (a path with `--extra-leaves` more ranks
+  hanging off it as leaves), each then pipelined as synthesis pipelines the trees, at
+  `--pieces`, next to the trees at the same counts. The path pricing is exact for this
+  topology's shape (two chassis on a switch each, joined by single links between
+  chosen GPUs; `PathGrid`); the caterpillars' is a heuristic (an upper bound on their
+  best packing's time). Swapped in for the tree pricing here only.
 - `order`: the tree schedule at `--order-pieces` pieces under other list orders
   (`direct_ops`'s `relay_lead` and `gather_lead`).
 
-    python3 bench/bench_direct_structures.py [--parts trees,paths,order] [--pieces 32,64]
+    python3 bench/bench_direct_structures.py [--parts trees,paths,order] [--pieces 32,48,64]
+        [--extra-leaves 0,1]
         [--order-pieces 32] [--out bench/results/direct_structures.json]
 """
 
@@ -56,6 +59,11 @@ OPTIONS = SynthesisOptions(progress=False)
 
 
 class PathGrid(trees.RouteGrid):
+    # Ranks a structure may hang off its path as leaves, besides the path's last rank
+    # (0: Hamiltonian paths; more: caterpillars, priced by detaching the most profitable
+    # leaves from the cheapest path, a heuristic).
+    extra_leaves = 0
+
     """Tree pricing replaced by the cheapest Hamiltonian path from the root, for a
     network of two groups of ranks (chassis) in which every ordered pair of one group
     has one route (through its switch) and the groups are joined by single links.
@@ -80,8 +88,11 @@ class PathGrid(trees.RouteGrid):
         group = self._groups(routes)
         e, i = _ports(cost, group)
         path = _cheapest_path(cost, group, e, i)
-        chosen = tuple(int(routes[a, b]) for a, b in zip(path, path[1:]))
-        return chosen, tuple(range(1, n))
+        parent = {b: a for a, b in zip(path, path[1:])}
+        for _ in range(self.extra_leaves):
+            if not _detach_leaf(path, parent, group, e):
+                break
+        return _as_routes(parent, routes)
 
     def _groups(self, routes: np.ndarray) -> np.ndarray:
         """Group of every position: ranks with routes both ways between them."""
@@ -94,6 +105,52 @@ class PathGrid(trees.RouteGrid):
         if group.max() != 1:
             raise ValueError("PathGrid prices two groups of ranks only")
         return group
+
+
+def _detach_leaf(path: list[int], parent: dict[int, int], group: np.ndarray, e: np.ndarray) -> bool:
+    """Hang the path rank whose sending costs most (inside its group, not the root, the
+    last rank or a hop's end) off the cheapest sender of its group, where that pays."""
+    child_of = {par: child for child, par in parent.items() if child in path}  # along the path
+    senders = [w for w in path if w in child_of]
+    best: tuple[float, int, int] | None = None
+    for v in path[1:-1]:
+        before, after = parent[v], child_of[v]
+        if group[before] != group[v] or group[after] != group[v]:
+            continue
+        others = [w for w in senders if w != v and group[w] == group[v]]
+        if not others:
+            continue
+        w = min(others, key=lambda x: (e[x], x))
+        gain = e[v] - e[w]
+        if gain > 1e-15 and (best is None or gain > best[0]):
+            best = (gain, v, w)
+    if best is None:
+        return False
+    _, v, w = best
+    parent[child_of[v]] = parent[v]
+    parent[v] = w
+    path.remove(v)
+    return True
+
+
+def _as_routes(parent: dict[int, int], routes: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A tree given by its parents as routes, parents before children, with depths."""
+    children: dict[int, list[int]] = {}
+    for child, par in sorted(parent.items()):
+        children.setdefault(par, []).append(child)
+    out, depths, frontier, depth = [], [], [0], 0
+    while frontier:
+        depth += 1
+        nxt = []
+        for u in frontier:
+            for v in children.get(u, []):
+                out.append(int(routes[u, v]))
+                depths.append(depth)
+                nxt.append(v)
+        frontier = nxt
+    if len(out) != len(routes) - 1:
+        raise AssertionError("not a spanning tree")
+    return tuple(out), tuple(depths)
 
 
 def _ports(cost: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -277,7 +334,8 @@ def pipelined_row(label: str, cand: Candidate, coll, topo, bound: float, pieces:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="trees,paths,order")
-    ap.add_argument("--pieces", default="32,64", help="pieces per GPU's chunk for the path packing")
+    ap.add_argument("--pieces", default="32,48,64", help="pieces per GPU's chunk for the path packings")
+    ap.add_argument("--extra-leaves", default="0,1", help="leaves besides a path's last rank (0: paths)")
     ap.add_argument("--order-pieces", type=int, default=32)
     ap.add_argument("--relay-leads", default="0,0.02,0.05,0.08,0.1,0.12,0.15,0.2")
     ap.add_argument("--gather-leads", default="-0.02,0.01,0.02,0.04,0.08,0.15,0.3,1")
@@ -306,18 +364,23 @@ def main() -> None:
         for row in leaf_rows(tree_rates, forward, backward):
             emit(row)
     if "paths" in parts:
-        t = time.process_time()
-        with priced_by_paths():
-            path_rates = rates_for()
-        assert path_rates.reduce_alone is not None and path_rates.gather_alone is not None
-        emit({"part": "paths", "structures": "LP", "joint_over_bound": path_rates.seconds / bound,
-              "reduce_alone_over_bound": path_rates.reduce_alone.seconds / bound,
-              "gather_alone_over_bound": path_rates.gather_alone.seconds / bound, "cpu_s": time.process_time() - t})
-        for pieces in (int(p) for p in args.pieces.split(",") if p):
+        for extra in (int(x) for x in args.extra_leaves.split(",") if x):
+            label = "paths" if extra == 0 else f"paths with {extra} more leaves"
             t = time.process_time()
-            cand = direct.direct_candidate(forward, backward, coll, GIB, pieces, path_rates, OPTIONS, Deadline(900),
-                                           Progress(False))
-            emit(pipelined_row("paths", cand, coll, topo, bound, pieces, t))
+            PathGrid.extra_leaves = extra
+            with priced_by_paths():
+                path_rates = rates_for()
+            assert path_rates.reduce_alone is not None and path_rates.gather_alone is not None
+            emit({"part": label, "structures": "LP", "joint_over_bound": path_rates.seconds / bound,
+                  "reduce_alone_over_bound": path_rates.reduce_alone.seconds / bound,
+                  "gather_alone_over_bound": path_rates.gather_alone.seconds / bound,
+                  "leaves": [row["leaves_max"] for row in leaf_rows(path_rates, forward, backward)],
+                  "cpu_s": time.process_time() - t})
+            for pieces in (int(p) for p in args.pieces.split(",") if p):
+                t = time.process_time()
+                cand = direct.direct_candidate(forward, backward, coll, GIB, pieces, path_rates, OPTIONS,
+                                               Deadline(900), Progress(False))
+                emit(pipelined_row(label, cand, coll, topo, bound, pieces, t))
         for pieces in (int(p) for p in args.pieces.split(",") if p):
             t = time.process_time()
             cand = direct.direct_candidate(forward, backward, coll, GIB, pieces, tree_rates, OPTIONS, Deadline(900),
