@@ -162,16 +162,22 @@ def direct_candidate(forward: Network, backward: Network, collective: Collective
 
 
 def direct_ops(forward: Network, backward: Network, collective: Collective, size_bytes: int, chunks: int,
-               rates: JointRates, options: SynthesisOptions, deadline: Deadline, progress: Progress) -> DirectOps:
+               rates: JointRates, options: SynthesisOptions, deadline: Deadline, progress: Progress,
+               relay_lead: float = DIRECT_LEAD, gather_lead: float = 0.0) -> DirectOps:
     """The ops of the pipelined direct AllReduce at `chunks` pieces per GPU's chunk, keyed
-    for the list scheduler (`direct_candidate` schedules them)."""
+    for the list scheduler (`direct_candidate` schedules them).
+
+    `relay_lead` is how far ahead of its pace (a share of T) a transfer to a forwarding
+    rank is keyed; `gather_lead` moves every piece's gathering that share of T ahead of
+    the key its reduction's end gives it (below 0: behind). Synthesis keeps the defaults;
+    bench/bench_direct_structures.py measures other list orders with them."""
     progress.stage(f"allreduce: pipelining {chunks} pieces per chunk, both halves at once")
     deadline.work.candidates += 1
     base = _base(collective)
     up = problem_for(backward, base, size_bytes, chunks)
     down = problem_for(forward, base, size_bytes, chunks)
-    paced_up = paced_transfers(up, rates.reduce, options.solver, deadline, DIRECT_LEAD)
-    paced_down = paced_transfers(down, rates.gather, options.solver, deadline, DIRECT_LEAD)
+    paced_up = paced_transfers(up, rates.reduce, options.solver, deadline, relay_lead)
+    paced_down = paced_transfers(down, rates.gather, options.solver, deadline, relay_lead)
     # Reductions carry the piece whose gathering is paced in the same place of the order.
     relabel = _match_pieces(up, paced_up, paced_down, rates.seconds)
     ends = end_pieces(chunks)
@@ -199,7 +205,8 @@ def direct_ops(forward: Network, backward: Network, collective: Collective, size
         if op.src.buffer is Buffer.INPUT:
             first.setdefault(op.src.rank * chunks + op.src.index, op.step)
     # A piece's gathering keeps its own pace from the moment its reduction ends.
-    shift = {index: step_of[done[index]] + 1 - start for index, start in first.items()}
+    ahead = round(gather_lead * KEY_STEPS)
+    shift = {index: step_of[done[index]] + 1 - start - ahead for index, start in first.items()}
     more, extra = gather_ops(gathered, chunks, done, len(red_ops), shift)
     ops = red_ops + more
     scratch = tuple(a + b for a, b in zip(scratch, extra)) if extra else scratch

@@ -107,6 +107,26 @@ def test_the_pipelines_ends_run_on_each_halfs_own_trees(dgx2, eight_pieces, monk
     assert eight_pieces.estimate_s < joint_only.estimate_s * 0.97
 
 
+def test_a_gather_lead_moves_only_the_gatherings_keys(dgx2):
+    """direct_ops's list-order knobs (measured by bench/bench_direct_structures.py): a
+    gather lead moves every gathering op's key by that share of T and nothing else; a
+    relay lead changes the order."""
+    topo, coll, forward, backward, rates, _ = dgx2
+
+    def built(**knobs):
+        return direct.direct_ops(forward, backward, coll, GIB, 2, rates, OPTIONS, Deadline(600), Progress(False),
+                                 **knobs)
+
+    plain = built()
+    ahead = built(gather_lead=0.25)
+    moved = [a.step - b.step for a, b in zip(plain.ops, ahead.ops)]
+    assert [(a.src, a.dst, a.deps) for a in plain.ops] == [(b.src, b.dst, b.deps) for b in ahead.ops]
+    reductions = moved.index(next(m for m in moved if m))
+    assert set(moved[:reductions]) == {0}
+    assert set(moved[reductions:]) == {direct.KEY_STEPS // 4}
+    assert built(relay_lead=0.2).ops != plain.ops
+
+
 def test_the_direct_schedule_lowers_to_msccl_xml_within_a_v100s_limits(dgx2, eight_pieces):
     topo, coll, *_ = dgx2
     result = to_result(eight_pieces, coll, topo, Deadline(600))
