@@ -477,6 +477,12 @@ class _ChannelTable:
         self.recv_count = np.zeros((c, ranks), dtype=np.int64)
         self.send_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
         self.recv_peers: list[dict[int, set[int]]] = [{} for _ in range(c)]
+        # The same counts as lists of Python ints, for the scalar weighing: a NumPy
+        # element read and its arithmetic cost several times a list's, and the short
+        # chains (about a million at 1,024 GPUs) are weighed element by element.
+        self.load_rows = [[0] * connections for _ in range(c)]
+        self.send_rows = [[0] * ranks for _ in range(c)]
+        self.recv_rows = [[0] * ranks for _ in range(c)]
 
     def best(self, uses: _Uses) -> int:
         """The channel for the connections `uses`, -1 if none has room; the lowest
@@ -504,16 +510,32 @@ class _ChannelTable:
         test and choice."""
         limit = MAX_TBS_PER_CHANNEL
         items = uses.items
+        if len(items) == 1:
+            return self._best_one(items[0])
         to, came = uses.to, uses.came
         best, best_cost = -1, 0
-        for ch in range(len(self.load)):
-            send_count, recv_count = self.send_count[ch], self.recv_count[ch]
+        for ch, (send_count, recv_count, load) in enumerate(zip(self.send_rows, self.recv_rows, self.load_rows)):
             if not (all(send_count[a] + len(bs) <= limit for a, bs in to.items())
                     and all(recv_count[b] + len(as_) <= limit for b, as_ in came.items())):
                 if not (_fits(self.send_peers[ch], to, limit) and _fits(self.recv_peers[ch], came, limit)):
                     continue
-            load = self.load[ch]
-            cost = max(int(load[i]) + n for _, i, n in items)
+            cost = max(load[i] + n for _, i, n in items)
+            if best < 0 or cost < best_cost:
+                best, best_cost = ch, cost
+        return best
+
+    def _best_one(self, item: tuple[tuple[int, int], int, int]) -> int:
+        """`_best_scalar` for a chain of one connection (most chains of a rail ring or
+        AllToAll): the sender gains at most one peer, the receiver one."""
+        limit = MAX_TBS_PER_CHANNEL
+        (a, b), i, n = item
+        best, best_cost = -1, 0
+        for ch, (send_count, recv_count, load) in enumerate(zip(self.send_rows, self.recv_rows, self.load_rows)):
+            if send_count[a] >= limit or recv_count[b] >= limit:
+                # Full by the counts: it still fits where the peer is an old one.
+                if not (_fits(self.send_peers[ch], {a: [b]}, limit) and _fits(self.recv_peers[ch], {b: [a]}, limit)):
+                    continue
+            cost = load[i] + n
             if best < 0 or cost < best_cost:
                 best, best_cost = ch, cost
         return best
@@ -521,16 +543,20 @@ class _ChannelTable:
     def add(self, uses: _Uses, ch: int) -> None:
         sends, recvs, load = self.send_peers[ch], self.recv_peers[ch], self.load[ch]
         send_count, recv_count = self.send_count[ch], self.recv_count[ch]
+        load_row, send_row, recv_row = self.load_rows[ch], self.send_rows[ch], self.recv_rows[ch]
         for (a, b), i, n in uses.items:
             load[i] += n
+            load_row[i] += n
             peers = sends.setdefault(a, set())
             if b not in peers:
                 peers.add(b)
                 send_count[a] += 1
+                send_row[a] += 1
             peers = recvs.setdefault(b, set())
             if a not in peers:
                 peers.add(a)
                 recv_count[b] += 1
+                recv_row[b] += 1
 
 
 def _fits(peers: dict[int, set[int]], new: dict[int, list[int]], limit: int) -> bool:

@@ -146,6 +146,7 @@ class _Order:
         self.ops = ops
         self._pos: dict[int, int] | None = None
         self._deps: dict[int, tuple[int, ...]] | None = None
+        self._level: dict[int, int] | None = None
 
     # Built at the first query: a schedule whose accesses are all ordered by direct
     # dependencies (every ring) never searches the DAG.
@@ -161,23 +162,56 @@ class _Order:
             self._deps = {op.id: op.deps for op in self.ops}
         return self._deps
 
+    @property
+    def level(self) -> dict[int, int]:
+        """Per op, the ops on the longest chain of dependencies that ends at it (1: an op
+        with none). An ancestor of an op has a lower level, and so does every op between
+        them: a search for ancestors prunes by level as well as by list position, and in
+        a schedule composed of interleaved parts (an AllReduce over 128 nodes) the level
+        cuts off a third of what the position alone lets through."""
+        if self._level is None:
+            level: dict[int, int] = {}
+            for op in self.ops:
+                level[op.id] = 1 + max(map(level.__getitem__, op.deps), default=0)
+            self._level = level
+        return self._level
+
     def before(self, a: int, b: int) -> bool:
         """True if op a is an ancestor of op b (a must finish before b starts)."""
-        if a == b:
-            return False
-        pa = self.pos[a]
+        return a != b and bool(self.ancestors_among(b, (a,)))
+
+    def ancestors_among(self, b: int, candidates: Iterable[int]) -> set[int]:
+        """The candidates that are ancestors of op b, found by one search from b (the
+        race check asks about every earlier access of a slot at once): only ops later in
+        the list and of higher level than the earliest candidate can lead to one."""
+        deps = self.deps
+        direct = deps[b]
+        found = {c for c in candidates if c in direct}
+        wanted = {c for c in candidates if c != b and c not in found}
+        if not wanted:
+            return found
+        # The maps bound once: the search reads them per visited op, a million queries
+        # at 1,024 GPUs, and each property access is a function call.
+        pos, level = self.pos, self.level
+        low_pos = min(map(pos.__getitem__, wanted))
+        low_level = min(map(level.__getitem__, wanted))
         stack = [b]
         seen = {b}
         while stack:
-            x = stack.pop()
-            for d in self.deps[x]:
-                if d == a:
-                    return True
-                # Ancestors of a come before it in list order, so they cannot lead to a.
-                if d not in seen and self.pos[d] > pa:
+            for d in deps[stack.pop()]:
+                if d in seen:
+                    continue
+                if d in wanted:
+                    found.add(d)
+                    wanted.discard(d)
+                    if not wanted:
+                        return found
+                # Ancestors of a candidate come before it in list order and have a lower
+                # level, so they cannot lead to it.
+                if pos[d] > low_pos and level[d] > low_level:
                     seen.add(d)
                     stack.append(d)
-        return False
+        return found
 
 
 # --- values as rank bit masks ------------------------------------------------------------
@@ -368,17 +402,20 @@ def execute(schedule: Schedule, check_races: bool = True) -> dict[Loc, Value]:
 
 def _check_race(op: Op, src: Loc | SlotKey, dst: Loc | SlotKey, writer: dict[Loc, int],
                 readers: dict[Loc, list[int]], order: _Order) -> None:
+    earlier = [w for w in (writer.get(src), writer.get(dst)) if w is not None]
+    earlier += readers.get(dst, ())
+    ordered = order.ancestors_among(op.id, earlier)
     w = writer.get(src)
-    if w is not None and w != op.id and not order.before(w, op.id):
+    if w is not None and w != op.id and w not in ordered:
         raise ScheduleError(
             f"op {op.id} reads {_as_loc(src)}, written by op {w}, without depending on it (a race)", op.origin)
     w = writer.get(dst)
-    if w is not None and not order.before(w, op.id):
+    if w is not None and w not in ordered:
         raise ScheduleError(
             f"op {op.id} writes {_as_loc(dst)}, also written by op {w}, without depending on it (a race)",
             op.origin)
     for r in readers.get(dst, ()):
-        if r != op.id and not order.before(r, op.id):
+        if r != op.id and r not in ordered:
             raise ScheduleError(
                 f"op {op.id} overwrites {_as_loc(dst)} while op {r} may still be reading it (a race)", op.origin)
 

@@ -1,5 +1,6 @@
 """The symbolic verifier: it accepts a correct schedule and names what is wrong in others."""
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -8,6 +9,7 @@ from collc.diagnostics import ScheduleError
 from collc.ir import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.collective import allreduce
 from collc.verify import unreachable_pairs, verify
+from collc.verify.symbolic import _Order
 from schedules import ring_allgather, ring_topology
 
 
@@ -207,3 +209,23 @@ def test_verify_runs_the_check_at_every_call(monkeypatch):
     assert len(runs) == 2
     with pytest.raises(ScheduleError):
         verify(replace(sched, ops=sched.ops[:-1]), topo)
+
+
+def test_one_search_finds_exactly_the_ancestors_among_the_candidates():
+    """The race check's batched search (pruned by list position and level) against
+    plain reachability, on random dependency DAGs."""
+    for seed in range(30):
+        rng = random.Random(seed)
+        n = rng.randint(2, 40)
+        deps = [tuple(sorted(rng.sample(range(i), min(i, rng.randint(0, 3))))) for i in range(n)]
+        ops = tuple(Op(i, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=deps[i])
+                    for i in range(n))
+        ancestors: list[set[int]] = []
+        for i in range(n):
+            ancestors.append(set(deps[i]).union(*(ancestors[d] for d in deps[i])))
+        order = _Order(ops)
+        for b in range(n):
+            candidates = rng.sample(range(n), rng.randint(0, min(n, 6)))
+            assert order.ancestors_among(b, candidates) == ancestors[b] & set(candidates)
+            assert all(order.before(a, b) == (a in ancestors[b]) for a in candidates)
+

@@ -83,6 +83,30 @@ def test_channel_table_chooses_as_the_plain_rule(channels, seed):
             recv_peers[want].setdefault(b, set()).add(a)
 
 
+@settings(max_examples=25, deadline=None)
+@given(channels=st.integers(1, 4), seed=st.integers(0, 10**6))
+def test_one_connection_chains_choose_as_the_plain_rule(channels, seed):
+    """Chains of one connection each (a rail ring's or AllToAll's) from two senders to
+    many receivers: the senders reach the peer limit, and an old peer still fits."""
+    rng = random.Random(seed)
+    numbers: dict[tuple[int, int], int] = {}
+    table = _ChannelTable(channels, _RANKS, _RANKS * _RANKS)
+    load: list[dict] = [{} for _ in range(channels)]
+    send_peers: list[dict] = [{} for _ in range(channels)]
+    recv_peers: list[dict] = [{} for _ in range(channels)]
+    for _ in range(150):
+        a, b, n = rng.randrange(2), rng.randrange(2, _RANKS), rng.randint(1, 5)
+        items = [((a, b), numbers.setdefault((a, b), len(numbers)), n)]
+        want = _plain_best(load, send_peers, recv_peers, [((a, b), n)])
+        assert table.best(_Uses(items)) == want
+        if want < 0:
+            continue
+        table.add(_Uses(items), want)
+        load[want][(a, b)] = load[want].get((a, b), 0) + n
+        send_peers[want].setdefault(a, set()).add(b)
+        recv_peers[want].setdefault(b, set()).add(a)
+
+
 def test_integer_places_order_halves_as_their_keys():
     split = split_schedule(ms.random_allgather(6, 2, seed=3))
     by_key = sorted(range(len(split.halves)), key=lambda h: split.halves[h].key)
