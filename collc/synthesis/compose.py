@@ -41,6 +41,7 @@ from collc.synthesis.candidates import Candidate, Result, to_result
 from collc.synthesis.extract import arrival_trees
 from collc.synthesis.halves import gather_ops, partial_sums, reduction_op_count, reduction_ops
 from collc.synthesis.network import Network, reversed_topology
+from collc.synthesis.nodes_reducescatter import reducescatter_over_nodes
 from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.plan import Plan, combined_status
 from collc.synthesis.progress import Progress
@@ -117,9 +118,11 @@ def _compose(topology: Topology, collective: Collective, size_bytes: int,
     kind, root = reduction_kind(collective)
     groups = nodes.wanted(topology, collective, options)
     if groups is not None:
+        over_nodes = (reducescatter_over_nodes if kind is CollectiveKind.REDUCESCATTER
+                      else nodes.compose_over_nodes)
         try:
-            return nodes.compose_over_nodes(topology, collective, size_bytes, groups, options, deadline, progress,
-                                            _part_synthesizer(deadline, progress))
+            return over_nodes(topology, collective, size_bytes, groups, options, deadline, progress,
+                              _part_synthesizer(deadline, progress))
         except NotOverNodes as exc:
             if options.nodes != nodes.OverNodes.AUTO:
                 raise CollcError(f"cannot compose '{collective.name}' over the nodes of '{topology.name}': "

@@ -36,9 +36,9 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: int,
                options: SynthesisOptions = SynthesisOptions(), progress: Progress | None = None) -> Result:
     if size_bytes <= 0:
         raise CollcError(f"cannot synthesize '{collective.name}' for {size_bytes} bytes: the size must be positive")
-    if options.nodes == "on" and collective.kind is not CollectiveKind.ALLREDUCE:
-        raise CollcError(f"cannot compose '{collective.name}' over nodes (nodes=on): only an AllReduce is, "
-                         f"and this is a {collective.kind.value}")
+    if options.nodes == "on" and collective.kind not in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER):
+        raise CollcError(f"cannot compose '{collective.name}' over nodes (nodes=on): only an AllReduce or a "
+                         f"ReduceScatter is, and this is a {collective.kind.value}")
     own_progress = progress is None
     progress = progress if progress is not None else Progress(options.progress)
     # Solvers stop a little early: turning their answer into a verified schedule takes time too.

@@ -27,24 +27,30 @@ from collc.synthesis.network import Network
 METHOD = "ring"
 
 
-def ring_allreduce(topology: Topology, chunks: int) -> Schedule:
-    """The ring AllReduce of the topology's ranks in rank order, `chunks` slots per
-    block (and per rank). Accumulators are the output slots. Ops are listed step by
-    step and their `step` is that order: the list scheduler's priorities."""
+def ring_routes(topology: Topology) -> list[tuple[str, ...]]:
+    """The route from each rank to the next in rank order (the last to the first): the
+    ring's hops. Raises NoRing where one cannot be made through switches and NICs alone."""
     n = topology.num_ranks
     network = Network(topology)
-    routes = {}
-
+    routes = []
     for a in range(n):
         b = (a + 1) % n
         if n > 1 and (a, b) not in network.pair_routes:
             raise NoRing(f"{topology.gpu(a).name} cannot reach {topology.gpu(b).name} through switches and NICs "
                          f"alone, so the GPUs of '{topology.name}' form no ring")
+        routes.append(network.routes[network.pair_routes[(a, b)][0]].nodes if n > 1 else ())
+    return routes
+
+
+def ring_allreduce(topology: Topology, chunks: int) -> Schedule:
+    """The ring AllReduce of the topology's ranks in rank order, `chunks` slots per
+    block (and per rank). Accumulators are the output slots. Ops are listed step by
+    step and their `step` is that order: the list scheduler's priorities."""
+    n = topology.num_ranks
+    hops = ring_routes(topology)
 
     def route(a: int, b: int) -> tuple[str, ...]:
-        if (a, b) not in routes:
-            routes[(a, b)] = network.routes[network.pair_routes[(a, b)][0]].nodes
-        return routes[(a, b)]
+        return hops[a]
 
     ops: list[Op] = []
 

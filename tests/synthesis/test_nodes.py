@@ -122,7 +122,9 @@ def test_auto_goes_over_nodes_only_where_the_flat_composition_cannot_keep_to_the
     assert wanted(h2, coll, SynthesisOptions(max_ops=480)) is None
     assert wanted(h2, coll, SynthesisOptions(max_ops=479)) is not None
     assert wanted(h2, coll, SynthesisOptions(max_ops=479, nodes="off")) is None
+    # A ReduceScatter goes over nodes only where asked for (test_nodes_reducescatter).
     assert wanted(h2, standard("reducescatter", 16, 1), SynthesisOptions(max_ops=479)) is None
+    assert wanted(h2, standard("alltoall", 16, 1), SynthesisOptions(max_ops=1)) is None
     # On a cluster without nodes, auto keeps the flat composition; asking for nodes fails clearly.
     topo = two_chassis(2)
     assert wanted(topo, standard("allreduce", 4, 1), SynthesisOptions(max_ops=1)) is None
@@ -280,9 +282,9 @@ def test_rails_that_form_no_ring_fall_back_to_the_flat_composition_or_fail_clear
     verify(flat.schedule, topo)
 
 
-@pytest.mark.parametrize("kind", ["allgather", "reducescatter"])
-def test_nodes_on_is_for_allreduce_only(h2, kind):
-    with pytest.raises(CollcError, match=f"cannot compose '{kind}' over nodes \\(nodes=on\\): only an AllReduce is"):
+@pytest.mark.parametrize("kind", ["allgather", "alltoall"])
+def test_nodes_on_is_for_allreduce_and_reducescatter_only(h2, kind):
+    with pytest.raises(CollcError, match=f"cannot compose '{kind}' over nodes \\(nodes=on\\): only an AllReduce or"):
         synthesize(h2, standard(kind, 16, 1), GIB, SynthesisOptions(progress=False, nodes="on"))
 
 
