@@ -1,0 +1,141 @@
+"""Work begun on a MILP's incumbent while HiGHS is still proving it optimal.
+
+The rounding MILP of a pipelined plan (collc.synthesis.steady.pipelining.whole_counts)
+usually finds its answer at the root and spends most of its time proving that nothing
+is better: on the README's main job (dgx1, AllGather, 256 MiB) the last improving
+solution came after a fifth of the solve. HiGHS releases the GIL while it runs, so the
+solve runs in a thread and the caller's thread meanwhile builds what the answer leads
+to (the paced transfers, the ops, the list-scheduled timeline) from the latest
+incumbent, in steps, dropping it when a newer incumbent comes.
+
+The answer is always the solve's: the work begun ahead is kept only where the final
+solution decodes to exactly the same key as the incumbent it was begun on, and is
+otherwise done again from the final key, so the result is the one a plain solve then
+the work would give, on any machine and under any load.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Generator, Generic, TypeVar
+
+import numpy as np
+
+from collc.synthesis.solver import Result
+
+K = TypeVar("K")
+T = TypeVar("T")
+
+# The work: a generator that yields between its steps and returns its product. At each
+# yield it is sent whether the solve is still running: an optional last step (work
+# that may be wasted if this answer is not kept) is worth doing only while it does.
+Steps = Generator[None, bool, T]
+
+
+def finish(steps: Steps[T]) -> T:
+    """Run `steps` to its end (the solve is over: optional steps are skipped)."""
+    try:
+        next(steps)
+        while True:
+            steps.send(False)
+    except StopIteration as stop:
+        return stop.value
+
+
+class _Incumbents:
+    """The latest incumbent HiGHS reported (from its thread) and whether it is done."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.latest: np.ndarray | None = None
+        self.count = 0
+        self.done = False
+
+    def push(self, values: np.ndarray) -> None:
+        with self.changed:
+            self.latest = values
+            self.count += 1
+            self.changed.notify()
+
+    def close(self) -> None:
+        with self.changed:
+            self.done = True
+            self.changed.notify()
+
+
+class _Ahead(Generic[K, T]):
+    """The work begun on one incumbent: its key and how far it got."""
+
+    def __init__(self, key: K, steps: Steps[T]):
+        self.key = key
+        self.steps = steps
+        self.started = False
+        self.product: T | None = None
+        self.finished = False
+        self.failed = False
+
+    def step(self, running: bool) -> None:
+        """One step; an error drops this work (the final key, if it is this one, does it
+        again and raises there)."""
+        try:
+            if self.started:
+                self.steps.send(running)
+            else:
+                self.started = True
+                next(self.steps)
+        except StopIteration as stop:
+            self.product, self.finished = stop.value, True
+        except Exception:
+            self.failed = True
+
+    def complete(self) -> bool:
+        """Run the remaining steps (optional ones skipped); whether the product is there."""
+        while not self.finished and not self.failed:
+            self.step(False)
+        return self.finished
+
+
+def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
+                incumbent_key: Callable[[np.ndarray], K], final_key: Callable[[Result], K],
+                work: Callable[[K], Steps[T]]) -> tuple[Result, K, T]:
+    """`solve(on_incumbent)` in a thread; meanwhile `work(incumbent_key(values))` step by
+    step on the latest incumbent. Returns the result, its `final_key` and the work's
+    product for that key: the one begun ahead where the keys are equal, else done now."""
+    incumbents = _Incumbents()
+    outcome: list[Result | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(solve(lambda values: incumbents.push(np.array(values, dtype=float))))
+        except BaseException as error:  # raised again in the caller's thread
+            outcome.append(error)
+        finally:
+            incumbents.close()
+
+    solver = threading.Thread(target=run, name="collc-milp", daemon=True)
+    solver.start()
+    ahead: _Ahead[K, T] | None = None
+    seen = 0
+    while True:
+        with incumbents.changed:
+            while not incumbents.done and incumbents.count == seen and (ahead is None or ahead.finished
+                                                                         or ahead.failed):
+                incumbents.changed.wait()
+            if incumbents.done:
+                break
+            latest = incumbents.latest if incumbents.count != seen else None
+            seen = incumbents.count
+        if latest is not None:
+            key = incumbent_key(latest)
+            if ahead is None or key != ahead.key:
+                ahead = _Ahead(key, work(key))
+        if ahead is not None and not ahead.finished and not ahead.failed:
+            ahead.step(True)
+    solver.join()
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    key = final_key(result)
+    if ahead is not None and ahead.key == key and ahead.complete():
+        return result, key, ahead.product  # type: ignore[return-value]
+    return result, key, finish(work(key))
