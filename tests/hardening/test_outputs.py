@@ -189,3 +189,57 @@ def test_cupy_executor_is_executable_after_a_staged_write(collc, tmp_path):
     assert run.status == 0, run.err
     (executor,) = (tmp_path / "out").iterdir()
     assert executor.suffix == ".py" and os.stat(executor).st_mode & 0o777 == 0o755
+
+
+def _pieces(*parts: bytes, fail: Exception | None = None):
+    yield from parts
+    if fail is not None:
+        raise fail
+
+
+def test_a_write_in_a_child_gives_the_bytes_and_mode_of_a_plain_write(tmp_path):
+    with collc_io.all_or_nothing():
+        collc_io.atomic_write(tmp_path / "plain.json", _pieces(b"[1,", b" 2]\n"))
+        with collc_io.written_in_child():
+            collc_io.atomic_write(tmp_path / "child.json", _pieces(b"[1,", b" 2]\n"))
+        assert not (tmp_path / "child.json").exists()  # staged until the block ends
+    assert (tmp_path / "child.json").read_bytes() == (tmp_path / "plain.json").read_bytes() == b"[1, 2]\n"
+    assert os.stat(tmp_path / "child.json").st_mode == os.stat(tmp_path / "plain.json").st_mode
+
+
+def test_a_child_that_cannot_write_fails_the_block_and_leaves_nothing(tmp_path):
+    with pytest.raises(CollcError, match="cannot write .*child.json: the disk filled up"):
+        with collc_io.all_or_nothing():
+            collc_io.atomic_write(tmp_path / "plain.json", "1")
+            with collc_io.written_in_child():
+                collc_io.atomic_write(tmp_path / "child.json", _pieces(b"[", fail=OSError(28, "the disk filled up")))
+    assert listing(tmp_path) == []
+
+
+def test_an_error_while_a_child_writes_stops_it_and_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError, match="verification failed"):
+        with collc_io.all_or_nothing():
+            with collc_io.written_in_child():
+                collc_io.atomic_write(tmp_path / "new" / "child.json", _pieces(*[b"x" * 4096] * 64))
+            raise RuntimeError("verification failed")
+    assert listing(tmp_path) == []
+
+
+def test_a_schedule_that_fails_verification_while_written_leaves_no_file(collc, tmp_path, monkeypatch):
+    # `collc compile` of one request writes its file in a child process while it
+    # verifies the schedule: a schedule that fails leaves neither it nor the report.
+    from collc import driver
+    from collc.diagnostics import ScheduleError
+
+    checked = []
+
+    def failing_verify(schedule, topology):
+        checked.append(len(schedule.ops))
+        raise ScheduleError("op 7 reads a chunk its source does not hold")
+
+    monkeypatch.setattr(driver, "verify", failing_verify)
+    run = collc("compile", "--topology", "ring(n=4)", "--collective", "allgather", "--size", "64KiB", "-o", "out.json",
+                "--report", "r.json", "-q")
+    assert run.status == 1 and "does not hold" in run.err
+    assert checked and checked[0] > 0  # verified once, by the driver (the pass left it)
+    assert listing(tmp_path) == []
