@@ -339,15 +339,16 @@ def compile_job_written_while_verified(job: CompileJob, backend: str, output: Pa
                                       with_baselines: bool = True) -> CompileResult:
     """`compile_job` of one request in this process, within the command's
     `all_or_nothing()` block: the backend's files are written by forked children
-    (`collc.io.written_in_child`) while this process verifies the schedule and builds
-    the report (the README's main job: its 9.9 MB of JSON take longer than both). A
-    schedule that fails verification raises here, before the block renames anything,
-    and the block removes the children's files: nothing is written, as before."""
+    (`collc.io.written_in_child`) while this process builds the report and, for a
+    backend that `emits_unverified` (JSON), verifies the schedule (the README's main
+    job: its 9.9 MB of JSON take longer than both). A schedule that fails verification
+    raises here, before the block renames anything, and the block removes the
+    children's files: nothing is written, as before."""
     options = options or BackendOptions()
     back = get_backend(backend)
     check_job(job, back, options)
     with few_collections():
-        unit, solver = schedule_for_backend(job, back, options, verified=False)
+        unit, solver = schedule_for_backend(job, back, options, verified=not back.emits_unverified)
         assert unit.schedule is not None
         with written_in_child():
             outputs = back.emit(unit, output, options)
