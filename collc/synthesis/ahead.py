@@ -6,7 +6,8 @@ is better: on the README's main job (dgx1, AllGather, 256 MiB) the last improvin
 solution came after a fifth of the solve. HiGHS releases the GIL while it runs, so the
 solve runs in a thread and the caller's thread meanwhile builds what the answer leads
 to (the paced transfers, the ops, the list-scheduled timeline) from the latest
-incumbent, in steps, dropping it when a newer incumbent comes.
+incumbent, in steps, begun once the incumbent has stayed the latest a moment
+(SETTLE_S) and dropped when a newer one comes.
 
 The answer is always the solve's: the work begun ahead is kept only where the final
 solution decodes to exactly the same key as the incumbent it was begun on, and is
@@ -17,6 +18,7 @@ the work would give, on any machine and under any load.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Generator, Generic, TypeVar
 
 import numpy as np
@@ -25,6 +27,12 @@ from collc.synthesis.solver import Result
 
 K = TypeVar("K")
 T = TypeVar("T")
+
+# Seconds an incumbent must stay the latest before work is begun on it: HiGHS often
+# reports two or three in quick succession at the root (the warm start, then better
+# ones), and work begun on each would mostly be dropped. Wall-clock time only decides
+# how much work is done ahead, never the answer.
+SETTLE_S = 0.02
 
 # The work: a generator that yields between its steps and returns its product. At each
 # yield it is sent whether the solve is still running: an optional last step (work
@@ -74,6 +82,11 @@ class _Ahead(Generic[K, T]):
         self.finished = False
         self.failed = False
 
+    @property
+    def running(self) -> bool:
+        """Whether steps remain (neither finished nor failed)."""
+        return not self.finished and not self.failed
+
     def step(self, running: bool) -> None:
         """One step; an error drops this work (the final key, if it is this one, does it
         again and raises there)."""
@@ -97,10 +110,11 @@ class _Ahead(Generic[K, T]):
 
 def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
                 incumbent_key: Callable[[np.ndarray], K], final_key: Callable[[Result], K],
-                work: Callable[[K], Steps[T]]) -> tuple[Result, K, T]:
+                work: Callable[[K], Steps[T]], settle_s: float = SETTLE_S) -> tuple[Result, K, T]:
     """`solve(on_incumbent)` in a thread; meanwhile `work(incumbent_key(values))` step by
-    step on the latest incumbent. Returns the result, its `final_key` and the work's
-    product for that key: the one begun ahead where the keys are equal, else done now."""
+    step on the latest incumbent, begun once no newer one has come for `settle_s`
+    seconds. Returns the result, its `final_key` and the work's product for that key:
+    the one begun ahead where the keys are equal, else done now."""
     incumbents = _Incumbents()
     outcome: list[Result | BaseException] = []
 
@@ -115,21 +129,35 @@ def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
     solver = threading.Thread(target=run, name="collc-milp", daemon=True)
     solver.start()
     ahead: _Ahead[K, T] | None = None
+    settling: list[K] = []  # the latest incumbent's key, not yet begun on
+    since = 0.0
     seen = 0
     while True:
+        latest = None
         with incumbents.changed:
-            while not incumbents.done and incumbents.count == seen and (ahead is None or ahead.finished
-                                                                         or ahead.failed):
-                incumbents.changed.wait()
+            while not incumbents.done and incumbents.count == seen:
+                if settling:
+                    left = since + settle_s - time.monotonic()
+                    if left <= 0:
+                        break
+                    incumbents.changed.wait(left)
+                elif ahead is not None and ahead.running:
+                    break
+                else:
+                    incumbents.changed.wait()
             if incumbents.done:
                 break
-            latest = incumbents.latest if incumbents.count != seen else None
-            seen = incumbents.count
+            if incumbents.count != seen:
+                latest, seen = incumbents.latest, incumbents.count
         if latest is not None:
             key = incumbent_key(latest)
-            if ahead is None or key != ahead.key:
-                ahead = _Ahead(key, work(key))
-        if ahead is not None and not ahead.finished and not ahead.failed:
+            settling = [] if ahead is not None and key == ahead.key else [key]
+            since = time.monotonic()
+            continue
+        if settling:
+            ahead = _Ahead(settling[0], work(settling[0]))
+            settling = []
+        if ahead is not None and ahead.running:
             ahead.step(True)
     solver.join()
     result = outcome[0]

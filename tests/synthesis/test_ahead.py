@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -35,11 +36,15 @@ class _Recorder:
         return f"product of {key}"
 
 
-def _solver(incumbents: list[list[float]], final: list[float], release: threading.Event | None = None):
-    """A solve that reports `incumbents`, then (once `release` is set) returns `final`."""
+def _solver(incumbents: list[list[float]], final: list[float], release: threading.Event | None = None,
+            gap_s: float = 0.0):
+    """A solve that reports `incumbents`, `gap_s` apart, then (once `release` is set)
+    returns `final`."""
 
     def solve(on_incumbent) -> Result:
-        for values in incumbents:
+        for i, values in enumerate(incumbents):
+            if i:
+                time.sleep(gap_s)
             on_incumbent(values)
         if release is not None:
             release.wait(5)
@@ -69,6 +74,22 @@ def test_work_begun_on_the_final_incumbent_is_kept():
     assert (key, product) == (2, "product of 2")
     assert work.begun.count(2) == 1  # not done again after the solve
     assert result.objective == 2.0
+
+
+def test_incumbents_in_quick_succession_are_not_begun_on():
+    work = _Recorder()
+    release = threading.Event()
+    key_of = lambda values: int(values[0])
+
+    def work_then_release(key: int) -> Steps[str]:
+        product = yield from work(key)
+        release.set()
+        return product
+
+    _, key, product = solve_ahead(_solver([[1.0], [2.0], [3.0]], [3.0], release, gap_s=0.05), key_of,
+                                  lambda res: key_of(res.values), work_then_release, settle_s=0.3)
+    assert work.begun == [3] and product == "product of 3"
+    assert work.optional == [3]  # done while the solve still ran
 
 
 def test_work_on_an_incumbent_that_is_not_the_answer_is_done_again():
