@@ -28,10 +28,12 @@ from collc.synthesis.solver import Result
 K = TypeVar("K")
 T = TypeVar("T")
 
-# Seconds an incumbent must stay the latest before work is begun on it: HiGHS often
-# reports two or three in quick succession at the root (the warm start, then better
-# ones), and work begun on each would mostly be dropped. Wall-clock time only decides
-# how much work is done ahead, never the answer.
+# Seconds of the solver's own CPU time an incumbent must stay the latest before work
+# is begun on it: HiGHS often reports two or three in quick succession at the root (the
+# warm start, then better ones), and work begun on each would mostly be dropped. Its
+# CPU time, not the clock: on a busy machine the solver's thread gets a share of a core,
+# and a wall-clock wait would pass before it had looked further. Either decides only how
+# much work is done ahead, never the answer.
 SETTLE_S = 0.02
 
 # The work: a generator that yields between its steps and returns its product. At each
@@ -128,6 +130,7 @@ def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
 
     solver = threading.Thread(target=run, name="collc-milp", daemon=True)
     solver.start()
+    solver_cpu = _cpu_clock(solver)
     ahead: _Ahead[K, T] | None = None
     settling: list[K] = []  # the latest incumbent's key, not yet begun on
     since = 0.0
@@ -137,10 +140,10 @@ def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
         with incumbents.changed:
             while not incumbents.done and incumbents.count == seen:
                 if settling:
-                    left = since + settle_s - time.monotonic()
+                    left = since + settle_s - solver_cpu()
                     if left <= 0:
                         break
-                    incumbents.changed.wait(left)
+                    incumbents.changed.wait(left)  # the solver's CPU time grows no faster than the clock
                 elif ahead is not None and ahead.running:
                     break
                 else:
@@ -152,7 +155,7 @@ def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
         if latest is not None:
             key = incumbent_key(latest)
             settling = [] if ahead is not None and key == ahead.key else [key]
-            since = time.monotonic()
+            since = solver_cpu()
             continue
         if settling:
             ahead = _Ahead(settling[0], work(settling[0]))
@@ -167,3 +170,20 @@ def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
     if ahead is not None and ahead.key == key and ahead.complete():
         return result, key, ahead.product  # type: ignore[return-value]
     return result, key, finish(work(key))
+
+
+def _cpu_clock(thread: threading.Thread) -> Callable[[], float]:
+    """Seconds of CPU time `thread` has used (the clock where the system gives no
+    per-thread CPU clock; infinity once the thread has ended)."""
+    try:
+        clock = time.pthread_getcpuclockid(thread.ident)  # type: ignore[arg-type]
+    except (AttributeError, OSError, TypeError):
+        return time.monotonic
+
+    def used() -> float:
+        try:
+            return time.clock_gettime(clock)
+        except OSError:  # the thread has ended
+            return float("inf")
+
+    return used

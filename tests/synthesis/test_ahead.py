@@ -36,18 +36,26 @@ class _Recorder:
         return f"product of {key}"
 
 
+def _busy(seconds: float, until: threading.Event | None = None) -> None:
+    """Spend `seconds` of this thread's CPU time (as a solver does), or less once
+    `until` is set."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end and not (until is not None and until.is_set()):
+        pass
+
+
 def _solver(incumbents: list[list[float]], final: list[float], release: threading.Event | None = None,
             gap_s: float = 0.0):
-    """A solve that reports `incumbents`, `gap_s` apart, then (once `release` is set)
-    returns `final`."""
+    """A solve that reports `incumbents`, `gap_s` of its CPU time apart, then works on
+    (until `release` is set, 5 s at most) and returns `final`."""
 
     def solve(on_incumbent) -> Result:
         for i, values in enumerate(incumbents):
             if i:
-                time.sleep(gap_s)
+                _busy(gap_s)
             on_incumbent(values)
         if release is not None:
-            release.wait(5)
+            _busy(5.0, release)
         return _result(final)
 
     return solve
@@ -86,8 +94,8 @@ def test_incumbents_in_quick_succession_are_not_begun_on():
         release.set()
         return product
 
-    _, key, product = solve_ahead(_solver([[1.0], [2.0], [3.0]], [3.0], release, gap_s=0.05), key_of,
-                                  lambda res: key_of(res.values), work_then_release, settle_s=0.3)
+    _, key, product = solve_ahead(_solver([[1.0], [2.0], [3.0]], [3.0], release, gap_s=0.02), key_of,
+                                  lambda res: key_of(res.values), work_then_release, settle_s=0.1)
     assert work.begun == [3] and product == "product of 3"
     assert work.optional == [3]  # done while the solve still ran
 
