@@ -150,13 +150,16 @@ _IN_CHILD: contextvars.ContextVar[bool] = contextvars.ContextVar("collc_io_writt
 
 
 @contextlib.contextmanager
-def written_in_child() -> Iterator[None]:
+def written_in_child(only_with_a_core_to_spare: bool = True) -> Iterator[None]:
     """Within an `all_or_nothing()` block: each `atomic_write` of pieces (an iterable, not
     text or bytes) in this block forks a child process that writes the temporary file
     while this process goes on. The pieces must be made from data this process no longer
     changes (the child sees it as it was at the fork). Outside such a block, or where
-    the system has no fork, writes stay in this process."""
-    token = _IN_CHILD.set(True)
+    the system has no fork, writes stay in this process; so they do, by default, where
+    no core is free for the child (`core_to_spare`): the fork and the pages it makes both
+    processes copy cost about 0.06 CPU s on the README's main job, a loss where the
+    child would only take turns with this process."""
+    token = _IN_CHILD.set(not only_with_a_core_to_spare or core_to_spare())
     try:
         yield
     finally:
@@ -186,6 +189,17 @@ def all_or_nothing() -> Iterator[None]:
         raise
     finally:
         _ACTIVE.reset(token)
+
+
+def core_to_spare() -> bool:
+    """Whether a second process would have a core of its own: at least two CPUs, and a
+    1-minute load average (this process included) at least one below their count."""
+    cpus = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this system
+        return False
+    return cpus >= 2 and load <= cpus - 1
 
 
 def _wait_children(tx: _Transaction) -> None:
