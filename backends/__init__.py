@@ -100,6 +100,12 @@ class Backend:
     # (request, options) -> the size-band library written, all files or none; None where
     # the backend writes no libraries (then `collc compile` writes a file per size).
     emit_library: Callable[[LibraryRequest, BackendOptions], Library] | None = None
+    # Whether `emit` may start on a schedule not yet verified: its files are the
+    # schedule's ops written as they are, checked by nothing but the verification, so
+    # `collc compile` has them written while it verifies (collc.driver); a failed
+    # verification still leaves no file. A backend that checks the schedule as it
+    # writes (cupy) says no: its errors must not come before the verification's.
+    emits_unverified: bool = False
 
 
 _MODULES = {

@@ -2,31 +2,36 @@
 
 `collc compile --topology dgx1 --collective allgather --size 256MiB -o out.json --report
 report.json` runs in a fresh Python process (`--child`) with each stage timed in CPU
-seconds (time.process_time) by a wrapper around the function that does it, replaced
-where its caller looks it up:
+seconds of the thread that runs it (time.thread_time) by a wrapper around the function
+that does it, replaced where its caller looks it up:
 
   imports        collc's command line and the modules the job loads (the driver, numpy,
                  HiGHS, the synthesis, the JSON backend, rich), before the command runs
   front end      `compile_jobs`: the command line's specs through the standard library
   bound          the lower bounds the synthesis aims at
   rate LP        the steady-state rates (HiGHS)
-  MILP rounding  `whole_counts`: the shares rounded to whole chunks (HiGHS)
-  pacing         `paced_transfers` less its MILP: the transfers and their order keys
+  MILP rounding  the MILP that rounds the shares to whole chunks (HiGHS), in its own
+                 thread (collc.synthesis.ahead): the stages below run meanwhile
+  pacing         `paced_transfers`: the transfers and their order keys (every incumbent
+                 the work was begun on counts, also those dropped)
   ops            `copy_ops`: the plan's transfers as ops
   list sched.    `sequence`: the ops list-scheduled on the network
   steps          `_assign_steps`: the timeline written back as steps, the final ops
-  verification   the schedule verified (on arrays)
-  synthesis      the synthesize pass, all of the above from the bound on and the rest
+  verification   the schedule verified (on arrays), by the driver
+  synthesis      the synthesize pass, all of the above from the bound on and the rest,
+                 in the command's thread (the MILP's thread not counted)
   report         `make_report`: simulation, bounds, the ring baseline
-  JSON           the backend writing out.json
+  JSON fork      writing out.json as this process sees it: the fork of the child that
+                 writes it while this process verifies and reports
   table          the terminal table (rich)
-  command        the whole `main()`, imports excluded
+  command        the whole `main()`, imports excluded, CPU of the command's thread
+  command wall   the same, wall seconds
 
 Each child runs once; `--runs N` fresh children give each stage's least and median.
 The interpreter's own start (`python -c pass`) and the whole command as typed (CPU of
-the child process, as bench_startup.py measures it) are measured beside them. The
-machine's load is read before each run: on a shared machine compare CPU seconds and
-ratios, and say the load.
+the process and of the child that writes the JSON, as bench_startup.py measures it) are
+measured beside them. The machine's load is read before each run: on a shared machine
+compare CPU seconds and ratios, and say the load.
 
     python3 bench/startup_stages.py [--runs 5] [--python PATH] [--markdown]
 
@@ -53,21 +58,21 @@ WRAPPED = [
     ("front end", "collc.commands.compile", "compile_jobs"),
     ("bound", "collc.synthesis.auto", "_lower_bounds"),
     ("rate LP", "collc.synthesis.auto", "solve_rates"),
-    ("MILP rounding", "collc.synthesis.steady.pipelining", "whole_counts"),
-    ("paced_transfers", "collc.synthesis.steady.pipelining", "paced_transfers"),
+    ("MILP rounding", "collc.synthesis.steady.pipelining", "solve"),
+    ("pacing", "collc.synthesis.steady.pipelining", "paced_transfers"),
     ("ops", "collc.synthesis.candidates", "copy_ops"),
     ("list sched.", "collc.synthesis.candidates", "sequence"),
     ("steps", "collc.synthesis.timing", "_assign_steps"),
-    ("verification", "collc.synthesis.core", "verify"),
+    ("verification", "collc.driver", "verify"),
     ("synthesis", "collc.passes.synthesize", "synthesize"),
     ("report", "collc.driver", "make_report"),
-    ("JSON", "collc.driver", "compile_job"),
+    ("JSON fork", "collc.backends.json_backend", "atomic_write"),
     ("table", "collc.commands.compile", "print_report"),
 ]
 IMPORTS = ["collc.cli", "collc.commands.compile", "collc.driver", "collc.passes.synthesize",
            "collc.synthesis.steady.pipelining", "collc.backends.json_backend", "rich.console", "rich.table"]
 STAGES = ["imports", "front end", "bound", "rate LP", "MILP rounding", "pacing", "ops", "list sched.", "steps",
-          "verification", "synthesis", "report", "JSON", "table", "command"]
+          "verification", "synthesis", "report", "JSON fork", "table", "command", "command wall"]
 
 
 def child() -> None:
@@ -83,27 +88,27 @@ def child() -> None:
         setattr(module, attr, _timed(stage, getattr(module, attr), spent))
     from collc.cli import main
 
-    before = time.process_time()
+    before, wall = time.thread_time(), time.perf_counter()
     with open(os.devnull, "w") as quiet:
         stdout, sys.stdout = sys.stdout, quiet
         try:
             code = main(MAIN_JOB)
         finally:
             sys.stdout = stdout
-    spent["command"] = time.process_time() - before
+    spent["command"] = time.thread_time() - before
+    spent["command wall"] = time.perf_counter() - wall
     if code != 0:
         raise SystemExit(f"the main job failed ({code})")
-    spent["pacing"] = spent.pop("paced_transfers", 0.0) - spent.get("MILP rounding", 0.0)
     print(json.dumps(spent))
 
 
 def _timed(stage: str, function, spent: dict[str, float]):
     def timed(*args, **kwargs):
-        start = time.process_time()
+        start = time.thread_time()
         try:
             return function(*args, **kwargs)
         finally:
-            spent[stage] = spent.get(stage, 0.0) + time.process_time() - start
+            spent[stage] = spent.get(stage, 0.0) + time.thread_time() - start
 
     return timed
 
@@ -142,7 +147,8 @@ def measure(python: str, runs: int) -> dict:
 def markdown(result: dict) -> str:
     loads = result["load_1min"]
     lines = [f"`{result['python']}`, {result['runs']} fresh processes, load (1 min) "
-             f"{min(loads):.1f}-{max(loads):.1f}; CPU seconds, least and median:", "",
+             f"{min(loads):.1f}-{max(loads):.1f}; CPU seconds of the thread that runs each stage (the "
+             f"command's wall seconds too), least and median:", "",
              "| stage | least | median |", "|---|---|---|"]
     rows = [("interpreter start", result["interpreter"])] + [(s, result["stages"][s]) for s in STAGES]
     rows.append(("whole command as typed", result["whole_command_cpu"]))

@@ -22,6 +22,7 @@ from collc.ir.collective import Collective
 from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
+from collc.io import written_in_child
 from collc.limits import exceeded, int_limit
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
 from collc.report import Baseline, build_report
@@ -73,10 +74,22 @@ def _capped(passes: list, max_ops: int | None, max_peers: int | None = None,
     return out
 
 
+def _verified_later(passes: list) -> list | None:
+    """The default pipeline (a synthesize pass, then the race-checked verify) with the
+    verification left to the caller: the synthesize pass alone, told not to verify.
+    None for any other pipeline."""
+    if (len(passes) == 2 and passes[0].name == "synthesize" and passes[0].verify
+            and passes[1].name == "verify" and passes[1].races):
+        return [replace(passes[0], verify=False)]
+    return None
+
+
 def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int | None = None,
-                     peer_limit: int | None = None, landings: bool = True
+                     peer_limit: int | None = None, landings: bool = True, verified: bool = True
                      ) -> tuple[CompileUnit, dict[str, Any] | None]:
-    """Run the schedule-producing passes; return the unit and the solver's facts (if any)."""
+    """Run the schedule-producing passes; return the unit and the solver's facts (if any).
+    `verified` False: the default pipeline's schedule comes back unverified (the unit
+    says so), for the caller to verify; any other pipeline verifies as usual."""
     unit = CompileUnit(job.topology, job.collective, job.size_bytes)
     if job.algorithm:
         t0 = time.perf_counter()
@@ -90,7 +103,11 @@ def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int
     passes = parse_pipeline(schedule_pipeline(job), job.span)
     if max_ops is not None or max_peers is not None or not landings:
         passes = _capped(passes, max_ops, max_peers, peer_limit, landings)
-    unit = PassManager(passes).run(unit)
+    later = None if verified else _verified_later(passes)
+    if later is not None:
+        unit = PassManager(later, verify_between=False).run(unit)
+    else:
+        unit = PassManager(passes).run(unit)
     return unit, unit.notes.get("synthesize")
 
 
@@ -98,7 +115,8 @@ def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int
 BUDGET_RETRIES = 4
 
 
-def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tuple[CompileUnit, dict[str, Any] | None]:
+def schedule_for_backend(job: CompileJob, back, options: BackendOptions,
+                         verified: bool = True) -> tuple[CompileUnit, dict[str, Any] | None]:
     """Produce the schedule and run the backend's lowering. A synthesized schedule is
     kept within the backend's op budget, and on a cluster where a GPU could have more
     peers than the runtime takes, within its peers per GPU wherever the packing would
@@ -115,7 +133,10 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions) -> tupl
     halved_from: float = float("inf")  # ops of the schedule refused when the op budget was last halved
     refused: list[str] = []  # why the runtime refused earlier schedules, for the report
     for attempt in range(BUDGET_RETRIES + 1):
-        unit, solver = produce_schedule(job, budget, peers, None if forced else limit, landings)
+        # Lowering passes start from a verified schedule: only a backend without them
+        # may leave the verification to the caller.
+        unit, solver = produce_schedule(job, budget, peers, None if forced else limit, landings,
+                                        verified=verified or bool(lowering))
         if not lowering:
             return unit, solver
         ops = len(unit.schedule.ops)
@@ -311,6 +332,32 @@ def prepare_job(job: CompileJob, backend: str = "json", options: BackendOptions 
         assert unit.schedule is not None
         report = make_report(job, unit, solver, backend, [], with_baselines)
     return unit, report
+
+
+def compile_job_written_while_verified(job: CompileJob, backend: str, output: Path,
+                                      options: BackendOptions | None = None,
+                                      with_baselines: bool = True) -> CompileResult:
+    """`compile_job` of one request in this process, within the command's
+    `all_or_nothing()` block: the backend's files are written by forked children
+    (`collc.io.written_in_child`) while this process builds the report and, for a
+    backend that `emits_unverified` (JSON), verifies the schedule (the README's main
+    job: its 9.9 MB of JSON take longer than both). A schedule that fails verification
+    raises here, before the block renames anything, and the block removes the
+    children's files: nothing is written, as before."""
+    options = options or BackendOptions()
+    back = get_backend(backend)
+    check_job(job, back, options)
+    with few_collections():
+        unit, solver = schedule_for_backend(job, back, options, verified=not back.emits_unverified)
+        assert unit.schedule is not None
+        with written_in_child():
+            outputs = back.emit(unit, output, options)
+        if not unit.verified:
+            verify(unit.schedule, unit.topology)
+            unit = unit.with_verified(unit.schedule).with_note("verify", ok=True, ops=len(unit.schedule.ops))
+        report = make_report(job, unit, solver, backend, [], with_baselines)
+    report["outputs"] = [str(p) for p in outputs]
+    return CompileResult(unit, report, outputs)
 
 
 def schedule_job(job: CompileJob, backend: str, options: BackendOptions) -> tuple[CompileUnit, dict[str, Any] | None]:

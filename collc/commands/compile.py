@@ -142,7 +142,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     # main job). The driver pauses it again for each request's own work.
     with few_collections():
         from collc.backends import get_backend
-        from collc.driver import check_job, compile_job, prepare_job
+        from collc.driver import check_job, compile_job, compile_job_written_while_verified, prepare_job
         from collc.io import all_or_nothing, atomic_write
 
         if args.scheduler:
@@ -165,6 +165,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     with all_or_nothing():
         if library:
             reports = compile_library(args, jobs, backend, options, out)
+        elif len(jobs) == 1 and not args.scheduler:
+            # One request, here: its files are written while it is verified and reported.
+            result = compile_job_written_while_verified(
+                jobs[0], args.backend, output_path(out, jobs[0], backend, directory, set()), options,
+                with_baselines=not args.no_baselines)
+            reports.append(result.report)
         else:
             taken: set[Path] = set()
             prepared = in_parallel(args, prepare_job, [(job, args.backend, options, not args.no_baselines)

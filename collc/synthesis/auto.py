@@ -15,7 +15,7 @@ from collc.analysis.bounds import LowerBounds, lower_bounds
 from collc.diagnostics import CollcError, SolverError
 from collc.ir.collective import Collective, CollectiveKind
 from collc.synthesis.candidates import (MIN_CUSTOM_SLOT, MIN_PIPELINED_SLOT, Candidate, Result, chunk_choices,
-                                       problem_for, realize, to_result)
+                                       problem_for, realize, realize_steps, to_result)
 from collc.synthesis.lp import solve_lp
 from collc.synthesis.milp import solve_milp
 from collc.synthesis.network import Network
@@ -26,7 +26,7 @@ from collc.synthesis.progress import Progress
 from collc.synthesis.rounds import solve_rounds
 from collc.synthesis.solver import Deadline
 from collc.synthesis.steady.colgen import SPREADS
-from collc.synthesis.steady.pipelining import pipeline_fill, pipelined_plan
+from collc.synthesis.steady.pipelining import pipeline_fill, pipelined_ahead, pipelined_plan
 from collc.synthesis.steady.rates import solve_rates
 from collc.synthesis.steady.solution import NotApplicable
 from collc.synthesis.timexp import EpochGrid, State, greedy, make_grid
@@ -258,7 +258,7 @@ def _pipelined(network: Network, collective: Collective, size_bytes: int, option
     progress.stage(f"steady: pipelining {chunks} chunks per rank")
     problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
     deadline.work.candidates += 1
-    cand = realize(pipelined_plan(problem, rates, options.solver, deadline), options.timing)
+    cand = pipelined_ahead(problem, rates, options.solver, deadline, lambda plan: realize_steps(plan, options.timing))
     if latency_target is None or cand.estimate_s <= latency_target:
         return cand
     deadline.work.candidates += 1

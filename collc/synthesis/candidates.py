@@ -14,6 +14,7 @@ from collc.diagnostics import CollcError
 from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
+from collc.synthesis.ahead import Steps, finish
 from collc.synthesis.extract import OpList, copy_ops
 from collc.synthesis.network import Network
 from collc.synthesis.plan import Plan, Status
@@ -90,10 +91,21 @@ def to_result(cand: Candidate, collective: Collective, topology: Topology, deadl
 
 def realize(plan: Plan, timing: TimingModel) -> Candidate:
     """Ops for a plan, ordered and stepped by the list-scheduled timeline."""
+    return finish(realize_steps(plan, timing))
+
+
+def realize_steps(plan: Plan, timing: TimingModel) -> Steps[Candidate]:
+    """`realize` in steps, for work begun ahead of a solve's end (collc.synthesis.ahead).
+    Its last step, giving the ops their final steps, is optional: a search times many
+    candidates and keeps one, so it is done ahead only while the solve still runs."""
     raw = copy_ops(plan)
+    yield
     timeline = sequence(raw.ops, plan.problem.network, plan.problem.slot_bytes, timing)
     coll = plan.problem.collective
-    return Candidate(plan, timeline, raw.scratch, timeline.seconds, coll.chunks)
+    candidate = Candidate(plan, timeline, raw.scratch, timeline.seconds, coll.chunks)
+    if (yield):
+        candidate.timeline.ops  # made now (cached), while the solve's thread runs
+    return candidate
 
 
 def problem_for(network: Network, collective: Collective, size_bytes: int, chunks: int) -> Problem:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Sequence
+from typing import Callable, Sequence
 
 import highspy
 import numpy as np
@@ -154,11 +154,12 @@ def new_highs(options: SolverOptions, time_limit: float) -> highspy.Highs:
 def solve(model: Model, *, maximize: bool = False, time_limit: float, options: SolverOptions,
           progress: Progress | None = None, start: np.ndarray | None = None,
           want_duals: bool = False, first_solution: bool = False, node_limit: int = 0,
-          work: "Work | None" = None) -> Result:
+          work: "Work | None" = None, on_incumbent: Callable[[np.ndarray], None] | None = None) -> Result:
     """Solve within `time_limit` seconds; `first_solution` stops a MILP at its first
     feasible point (enough to show that a horizon is feasible); `node_limit` bounds a
     MILP's branch-and-bound by work rather than time, so the answer does not depend on
-    the machine's speed or load."""
+    the machine's speed or load. `on_incumbent` is called with each improving solution
+    of a MILP (the column values), from the thread that runs the solve."""
     h = new_highs(options, time_limit)
     if work is not None:
         work.solves += 1
@@ -178,6 +179,8 @@ def solve(model: Model, *, maximize: bool = False, time_limit: float, options: S
         h.setSolution(sol)
     if progress is not None and progress.enabled and mip:
         _watch(h, progress)
+    if on_incumbent is not None and mip:
+        h.cbMipImprovingSolution.subscribe(lambda event: on_incumbent(event.data_out.mip_solution))
     t0 = time.monotonic()
     h.run()
     seconds = time.monotonic() - t0

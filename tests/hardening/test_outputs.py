@@ -189,3 +189,72 @@ def test_cupy_executor_is_executable_after_a_staged_write(collc, tmp_path):
     assert run.status == 0, run.err
     (executor,) = (tmp_path / "out").iterdir()
     assert executor.suffix == ".py" and os.stat(executor).st_mode & 0o777 == 0o755
+
+
+def _pieces(*parts: bytes, fail: Exception | None = None):
+    yield from parts
+    if fail is not None:
+        raise fail
+
+
+def test_a_write_in_a_child_gives_the_bytes_and_mode_of_a_plain_write(tmp_path):
+    with collc_io.all_or_nothing():
+        collc_io.atomic_write(tmp_path / "plain.json", _pieces(b"[1,", b" 2]\n"))
+        with collc_io.written_in_child(only_with_a_core_to_spare=False):
+            collc_io.atomic_write(tmp_path / "child.json", _pieces(b"[1,", b" 2]\n"))
+        assert not (tmp_path / "child.json").exists()  # staged until the block ends
+    assert (tmp_path / "child.json").read_bytes() == (tmp_path / "plain.json").read_bytes() == b"[1, 2]\n"
+    assert os.stat(tmp_path / "child.json").st_mode == os.stat(tmp_path / "plain.json").st_mode
+
+
+def test_a_child_that_cannot_write_fails_the_block_and_leaves_nothing(tmp_path):
+    with pytest.raises(CollcError, match="cannot write .*child.json: the disk filled up"):
+        with collc_io.all_or_nothing():
+            collc_io.atomic_write(tmp_path / "plain.json", "1")
+            with collc_io.written_in_child(only_with_a_core_to_spare=False):
+                collc_io.atomic_write(tmp_path / "child.json", _pieces(b"[", fail=OSError(28, "the disk filled up")))
+    assert listing(tmp_path) == []
+
+
+def test_an_error_while_a_child_writes_stops_it_and_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError, match="verification failed"):
+        with collc_io.all_or_nothing():
+            with collc_io.written_in_child(only_with_a_core_to_spare=False):
+                collc_io.atomic_write(tmp_path / "new" / "child.json", _pieces(*[b"x" * 4096] * 64))
+            raise RuntimeError("verification failed")
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize("spare", [True, False])
+def test_a_schedule_that_fails_verification_while_written_leaves_no_file(collc, tmp_path, monkeypatch, spare):
+    # `collc compile` of one request writes its file (in a child process where a core
+    # is free) while it verifies the schedule: a schedule that fails leaves neither it
+    # nor the report.
+    from collc import driver
+
+    monkeypatch.setattr(collc_io, "core_to_spare", lambda: spare)
+    from collc.diagnostics import ScheduleError
+
+    checked = []
+
+    def failing_verify(schedule, topology):
+        checked.append(len(schedule.ops))
+        raise ScheduleError("op 7 reads a chunk its source does not hold")
+
+    monkeypatch.setattr(driver, "verify", failing_verify)
+    run = collc("compile", "--topology", "ring(n=4)", "--collective", "allgather", "--size", "64KiB", "-o", "out.json",
+                "--report", "r.json", "-q")
+    assert run.status == 1 and "does not hold" in run.err
+    assert checked and checked[0] > 0  # verified once, by the driver (the pass left it)
+    assert listing(tmp_path) == []
+
+
+def test_a_core_to_spare_needs_two_cpus_and_a_load_below_them(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.9, 0.0, 0.0))
+    assert collc_io.core_to_spare()
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))
+    assert not collc_io.core_to_spare()
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert not collc_io.core_to_spare()

@@ -44,10 +44,10 @@ def asked(monkeypatch) -> list[tuple[int | None, ...]]:
     calls: list[tuple[int | None, ...]] = []
     produce = driver.produce_schedule
 
-    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True):
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True, verified=True):
         call = (max_ops, max_peers) if peer_limit is None else (max_ops, max_peers, peer_limit)
         calls.append(call if landings else (*call, "chained"))
-        return produce(job, max_ops, max_peers, peer_limit, landings)
+        return produce(job, max_ops, max_peers, peer_limit, landings, verified)
 
     monkeypatch.setattr(driver, "produce_schedule", recording)
     return calls
@@ -162,8 +162,8 @@ def test_halving_stops_once_it_no_longer_gives_fewer_ops(monkeypatch):
     chunks: list[int] = []
     produce = driver.produce_schedule
 
-    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True):
-        unit, solver = produce(job, max_ops, max_peers, peer_limit, landings)
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True, verified=True):
+        unit, solver = produce(job, max_ops, max_peers, peer_limit, landings, verified)
         sizes.append(len(unit.schedule.ops))
         chunks.append(solver["chunks"])
         return unit, solver

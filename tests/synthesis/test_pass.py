@@ -44,6 +44,15 @@ def test_pass_sets_schedule_and_note():
     verify(unit.schedule, unit.topology)
 
 
+def test_pass_told_not_to_verify_leaves_it_to_the_manager_or_the_caller():
+    unverified = PassManager.from_text("synthesize{progress=false verify=false}", verify_between=False).run(
+        CompileUnit(ring(4), allgather(4), 1 << 16))
+    assert unverified.schedule is not None and not unverified.verified
+    checked = compile_with("synthesize{progress=false verify=false}", ring(4), allgather(4), 1 << 16)
+    assert checked.verified  # the manager verified it after the pass
+    assert checked.schedule.ops == unverified.schedule.ops
+
+
 def test_chunks_option_refines_the_collective_but_keeps_its_identity():
     coll = allgather(4)
     unit = compile_with("synthesize{method=steady chunks=4 progress=false}", ring(4), coll)

@@ -8,13 +8,15 @@ import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import numpy as np
 
 from collc.synthesis.network import Network
 from collc.synthesis.plan import Plan, Transfer
 from collc.synthesis.problem import Problem
-from collc.synthesis.solver import INF, Deadline, Model, Outcome, SolverOptions, solve
+from collc.synthesis.ahead import Steps, finish, solve_ahead
+from collc.synthesis.solver import INF, Deadline, Model, Outcome, Result, SolverOptions, solve
 from collc.synthesis.steady.solution import NotApplicable, RateSolution, class_key
 
 # Branch-and-bound nodes for rounding shares to whole chunks (a work limit, not a time
@@ -31,6 +33,10 @@ ROUNDED_AT_T = 1e-9
 # their pace. Measured 0.05-0.5 on dgx2(chassis=2): 0.2 and up reach the bound at 32 and 64
 # chunks; on dgx_h100(nodes=2 or 4) 0.2 is as good as none or better, 1.0 worse.
 RELAY_LEAD = 0.2
+
+# Chunks per structure (tree or path), for each class of commodities.
+Counts = dict[tuple, list[int]]
+T = TypeVar("T")
 
 
 def apportion(total: int, weights: list[float]) -> list[int]:
@@ -51,47 +57,87 @@ def whole_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int],
                  deadline: Deadline) -> dict[tuple, list[int]]:
     """Chunks per tree (or path), whole numbers adding up to each class's chunks, that
     load the busiest link least: a small MILP, warm-started from rounding each share."""
-    net = problem.network
-    keys = sorted(sizes)
-    start = {key: apportion(sizes[key], [w for _, w in rates.shares[key]]) for key in keys}
-    m = Model()
-    z = m.add_var(0.0, INF, 1.0)
-    cols: dict[tuple, list[int]] = {}
-    per_link: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for key in keys:
-        cols[key] = []
-        for routes, _ in rates.shares[key]:
-            j = m.add_var(0.0, float(sizes[key]), 0.0, integer=True)
-            cols[key].append(j)
-            for ri in routes:
-                for l in net.routes[ri].links:
-                    per_link[l].append((j, problem.slot_bytes / net.links[l].capacity / rates.seconds))
-        m.add_row(cols[key], [1.0] * len(cols[key]), float(sizes[key]), float(sizes[key]))
-    for l, terms in sorted(per_link.items()):
-        merged: dict[int, float] = defaultdict(float)
-        for j, v in terms:
-            merged[j] += v
-        m.add_row(list(merged) + [z], list(merged.values()) + [-1.0], -INF, 0.0)
-    warm = np.zeros(m.num_cols)
-    for key in keys:
-        warm[cols[key]] = start[key]
-    warm[z] = 0.0
-    loads: dict[int, float] = defaultdict(float)
-    for l, terms in per_link.items():
-        loads[l] = sum(v * warm[j] for j, v in terms)
-    warm[z] = max(loads.values(), default=0.0)
-    if warm[z] <= 1 + ROUNDED_AT_T:
-        # Rounding already loads no link above T: no whole counts can do better (the
-        # LP's T is the least over every mix of these trees), so the MILP is skipped.
-        return start
-    # The node limit bounds this search; the deadline is only the pass's safety net.
-    res = solve(m, time_limit=max(0.05, deadline.remaining()), options=options, start=warm,
-                node_limit=ROUNDING_NODES, work=deadline.work)
-    if res.outcome is not Outcome.OPTIMAL and deadline.expired:
-        deadline.work.time_limit_fired = True
-    if not res.has_solution or res.objective >= warm[z]:
-        return start
-    return {key: [int(round(res.values[j])) for j in cols[key]] for key in keys}
+    rounding = _Rounding(problem, rates, sizes)
+    if rounding.needless():
+        return rounding.start
+    return rounding.counts(rounding.solve(options, deadline))
+
+
+def whole_counts_ahead(problem: Problem, rates: RateSolution, sizes: dict[tuple, int], options: SolverOptions,
+                       deadline: Deadline, work: Callable[[Counts], Steps[T]]) -> tuple[Counts, T]:
+    """`whole_counts` and `work` on them, the work begun on the MILP's incumbents while
+    HiGHS proves the answer optimal (collc.synthesis.ahead): the same counts, and the
+    same product as `finish(work(counts))`."""
+    rounding = _Rounding(problem, rates, sizes)
+    if rounding.needless():
+        return rounding.start, finish(work(rounding.start))
+    _, counts, product = solve_ahead(lambda on_incumbent: rounding.solve(options, deadline, on_incumbent),
+                                     rounding.incumbent_counts, rounding.counts, work)
+    return counts, product
+
+
+class _Rounding:
+    """The MILP of `whole_counts`: a column per (class, structure), a row per class (its
+    chunks) and per link (its load at most z), z minimized; started from rounding each
+    share (`start`)."""
+
+    def __init__(self, problem: Problem, rates: RateSolution, sizes: dict[tuple, int]):
+        net = problem.network
+        self.keys = keys = sorted(sizes)
+        self.start = {key: apportion(sizes[key], [w for _, w in rates.shares[key]]) for key in keys}
+        m = self.model = Model()
+        self.z = z = m.add_var(0.0, INF, 1.0)
+        self.cols: dict[tuple, list[int]] = {}
+        per_link: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        for key in keys:
+            self.cols[key] = []
+            for routes, _ in rates.shares[key]:
+                j = m.add_var(0.0, float(sizes[key]), 0.0, integer=True)
+                self.cols[key].append(j)
+                for ri in routes:
+                    for l in net.routes[ri].links:
+                        per_link[l].append((j, problem.slot_bytes / net.links[l].capacity / rates.seconds))
+            m.add_row(self.cols[key], [1.0] * len(self.cols[key]), float(sizes[key]), float(sizes[key]))
+        for l, terms in sorted(per_link.items()):
+            merged: dict[int, float] = defaultdict(float)
+            for j, v in terms:
+                merged[j] += v
+            m.add_row(list(merged) + [z], list(merged.values()) + [-1.0], -INF, 0.0)
+        warm = self.warm = np.zeros(m.num_cols)
+        for key in keys:
+            warm[self.cols[key]] = self.start[key]
+        warm[z] = 0.0
+        loads: dict[int, float] = defaultdict(float)
+        for l, terms in per_link.items():
+            loads[l] = sum(v * warm[j] for j, v in terms)
+        warm[z] = max(loads.values(), default=0.0)
+
+    def needless(self) -> bool:
+        """Rounding already loads no link above T: no whole counts can do better (the
+        LP's T is the least over every mix of these trees), so the MILP is skipped."""
+        return bool(self.warm[self.z] <= 1 + ROUNDED_AT_T)
+
+    def solve(self, options: SolverOptions, deadline: Deadline,
+              on_incumbent: Callable[[np.ndarray], None] | None = None) -> Result:
+        # The node limit bounds this search; the deadline is only the pass's safety net.
+        res = solve(self.model, time_limit=max(0.05, deadline.remaining()), options=options, start=self.warm,
+                    node_limit=ROUNDING_NODES, work=deadline.work, on_incumbent=on_incumbent)
+        if res.outcome is not Outcome.OPTIMAL and deadline.expired:
+            deadline.work.time_limit_fired = True
+        return res
+
+    def counts(self, res: Result) -> Counts:
+        """The counts a finished solve gives: the start unless it found a lower load."""
+        if not res.has_solution or res.objective >= self.warm[self.z]:
+            return self.start
+        return self._rounded(res.values)
+
+    def incumbent_counts(self, values: np.ndarray) -> Counts:
+        """The counts an incumbent would give if it were the answer."""
+        return self.start if values[self.z] >= self.warm[self.z] else self._rounded(values)
+
+    def _rounded(self, values: np.ndarray) -> Counts:
+        return {key: [int(round(values[j])) for j in self.cols[key]] for key in self.keys}
 
 
 def structure_fill(net: Network, routes: tuple[int, ...], slot_bytes: float) -> float:
@@ -161,7 +207,27 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
     and every tree drains at the same moment; a transfer to a rank that forwards the data
     goes RELAY_LEAD x T earlier still, so that forwarding links never wait for data. The
     list scheduler then follows the keys."""
-    paced = paced_transfers(problem, rates, options, deadline, latency_aware=latency_aware)
+    return _plan(problem, rates, paced_transfers(problem, rates, options, deadline, latency_aware=latency_aware))
+
+
+def pipelined_ahead(problem: Problem, rates: RateSolution, options: SolverOptions, deadline: Deadline,
+                    follow: Callable[[Plan], Steps[T]]) -> T:
+    """`finish(follow(pipelined_plan(problem, rates, options, deadline)))`: the same
+    product, with the plan and what follows it begun on the rounding MILP's incumbents
+    while HiGHS proves its answer optimal (`whole_counts_ahead`)."""
+
+    def from_counts(counts: Counts) -> Steps[T]:
+        plan = _plan(problem, rates, paced_transfers(problem, rates, counts=counts))
+        yield
+        return (yield from follow(plan))
+
+    sizes = class_sizes(problem, rates)
+    if rates.replicated or deadline.fired():
+        return finish(from_counts(_dealt(problem, rates, sizes, options, deadline, False)))
+    return whole_counts_ahead(problem, rates, sizes, options, deadline, from_counts)[1]
+
+
+def _plan(problem: Problem, rates: RateSolution, paced: PacedTransfers) -> Plan:
     transfers = tuple(map(Transfer, paced.commodity.tolist(), paced.route.tolist(), range(len(paced.key))))
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
                 {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
@@ -182,17 +248,15 @@ class PacedTransfers:
 
 def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOptions | None = None,
                     deadline: Deadline | None = None, lead: float | None = None,
-                    latency_aware: bool = False) -> PacedTransfers:
+                    latency_aware: bool = False, counts: Counts | None = None) -> PacedTransfers:
     """The transfers of `pipelined_plan`, sorted, with their order keys; a transfer to a
-    rank that forwards goes `lead` x T ahead of its pace (None: RELAY_LEAD)."""
+    rank that forwards goes `lead` x T ahead of its pace (None: RELAY_LEAD). `counts`:
+    the chunks per structure already dealt (`whole_counts`), else dealt here."""
     lead = RELAY_LEAD if lead is None else lead
     net = problem.network
     slot = problem.slot_bytes
     seconds = [r.seconds(slot) for r in net.routes]
-    by_class: dict[tuple, list[int]] = defaultdict(list)
-    for k, c in enumerate(problem.commodities):
-        if c.demand:
-            by_class[class_key(problem, k)].append(k)
+    by_class = _classes(problem)
     # Per structure: its routes, depths, positions and the part of the order key that
     # does not depend on the chunk (its tail and lead), as arrays.
     arrays: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
@@ -202,19 +266,8 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
     # commodity: replicated trees list a rank's children rotated by the rank's place, so
     # that the sources of a switch do not all send to the same destination first.
     columns: list[list[np.ndarray]] = [[], [], [], [], []]
-    missing = [key for key in by_class if not rates.shares.get(key)]
-    if missing:
-        raise NotApplicable(f"the rate LP gave no route to class {missing[0]}")
-    sizes = {key: len(coms) for key, coms in by_class.items()}
-    if latency_aware:
-        whole = latency_counts(problem, rates, sizes)
-    elif rates.replicated:
-        # Rounded alike for every source of an orbit, so that the replicated loads stay even.
-        whole = {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
-    elif options is not None and deadline is not None and not deadline.fired():
-        whole = whole_counts(problem, rates, sizes, options, deadline)
-    else:
-        whole = {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
+    sizes = class_sizes(problem, rates, by_class)
+    whole = counts if counts is not None else _dealt(problem, rates, sizes, options, deadline, latency_aware)
     for key, coms in sorted(by_class.items()):
         structures = rates.shares[key]
         counts = whole[key]
@@ -237,6 +290,38 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
     key_col, depth_col, pos_col, com_col, route_col = (np.concatenate(c) for c in columns)
     order = np.lexsort((route_col, com_col, pos_col, depth_col, key_col))
     return PacedTransfers(key_col[order], com_col[order], route_col[order])
+
+
+def _classes(problem: Problem) -> dict[tuple, list[int]]:
+    """The commodities with demand, by class."""
+    by_class: dict[tuple, list[int]] = defaultdict(list)
+    for k, c in enumerate(problem.commodities):
+        if c.demand:
+            by_class[class_key(problem, k)].append(k)
+    return by_class
+
+
+def class_sizes(problem: Problem, rates: RateSolution,
+                 by_class: dict[tuple, list[int]] | None = None) -> dict[tuple, int]:
+    """Chunks per class; every class must have structures in the rates."""
+    by_class = _classes(problem) if by_class is None else by_class
+    missing = [key for key in by_class if not rates.shares.get(key)]
+    if missing:
+        raise NotApplicable(f"the rate LP gave no route to class {missing[0]}")
+    return {key: len(coms) for key, coms in by_class.items()}
+
+
+def _dealt(problem: Problem, rates: RateSolution, sizes: dict[tuple, int], options: SolverOptions | None,
+           deadline: Deadline | None, latency_aware: bool) -> Counts:
+    """Each class's chunks dealt to its structures."""
+    if latency_aware:
+        return latency_counts(problem, rates, sizes)
+    if rates.replicated:
+        # Rounded alike for every source of an orbit, so that the replicated loads stay even.
+        return {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
+    if options is not None and deadline is not None and not deadline.fired():
+        return whole_counts(problem, rates, sizes, options, deadline)
+    return {key: apportion(n, [w for _, w in rates.shares[key]]) for key, n in sizes.items()}
 
 
 def _unicast_phase(key: tuple, ranks: int) -> float:

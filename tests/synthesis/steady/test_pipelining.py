@@ -5,19 +5,27 @@
 - `latency_counts` gives the structure that starts sooner more chunks, so that both
   finish together, and deals every chunk;
 - pipelined and timed, the latency dealing finishes the README's kind of fan-out
-  (one NIC near the source, one a hop away) sooner than the rate LP's equal shares.
+  (one NIC near the source, one a hop away) sooner than the rate LP's equal shares;
+- the rounding MILP with work begun on its incumbents (`whole_counts_ahead`,
+  `pipelined_ahead`) gives the counts and the candidate of the plain solve.
 """
 
 from __future__ import annotations
 
 import pytest
+import topos
 
 from collc.ir import Link, Node, NodeKind, Topology
-from collc.ir.collective import ChunkId, Collective, CollectiveKind
-from collc.synthesis.candidates import problem_for, realize
+from collc.ir.collective import ChunkId, Collective, CollectiveKind, standard
+from collc.synthesis.ahead import Steps
+from collc.synthesis.candidates import problem_for, realize, realize_steps
 from collc.synthesis.network import Network
 from collc.synthesis.plan import SolveStats, Status
-from collc.synthesis.steady.pipelining import latency_counts, pipelined_plan, structure_beat, structure_fill
+from collc.synthesis.progress import Progress
+from collc.synthesis.solver import Deadline, SolverOptions
+from collc.synthesis.steady.pipelining import (class_sizes, latency_counts, pipelined_ahead, pipelined_plan,
+                                               structure_beat, structure_fill, whole_counts, whole_counts_ahead)
+from collc.synthesis.steady.rates import solve_rates
 from collc.synthesis.steady.solution import RateSolution, class_key
 from collc.synthesis.timing import DEFAULT_MODEL
 
@@ -85,3 +93,42 @@ def test_latency_dealing_finishes_sooner_than_equal_shares(setting):
     fluid = (64 * 4096 / 12.5e9 + 3.4 * US) / 2
     assert aware < equal - 0.6 * US
     assert fluid <= aware <= fluid + 4096 / 12.5e9
+
+
+@pytest.fixture(scope="module")
+def dgx1_allgather():
+    """AllGather on dgx1 at 64 chunks per rank, 16 MiB, and its rates: the rounding
+    MILP runs (rounding the shares alone loads some link above T)."""
+    net = Network(topos.dgx1())
+    collective = standard("allgather", net.ranks)
+    rates = solve_rates(problem_for(net, collective, 16 << 20, 1), SolverOptions(), Deadline(600), Progress(False))
+    return problem_for(net, collective, 16 << 20, 64), rates
+
+
+def test_whole_counts_ahead_gives_the_counts_of_whole_counts(dgx1_allgather):
+    problem, rates = dgx1_allgather
+    sizes = class_sizes(problem, rates)
+    deadline = Deadline(600)
+    plain = whole_counts(problem, rates, sizes, SolverOptions(), deadline)
+    assert deadline.work.solves == 1  # the MILP ran
+    begun: list[dict] = []
+
+    def work(counts) -> Steps[int]:
+        begun.append(counts)
+        yield
+        return sum(map(sum, counts.values()))
+
+    counts, product = whole_counts_ahead(problem, rates, sizes, SolverOptions(), Deadline(600), work)
+    assert counts == plain
+    assert product == sum(sizes.values())
+    assert plain in begun
+
+
+def test_pipelined_ahead_gives_the_candidate_of_the_plain_plan(dgx1_allgather):
+    problem, rates = dgx1_allgather
+    plain = realize(pipelined_plan(problem, rates, SolverOptions(), Deadline(600)), DEFAULT_MODEL)
+    ahead = pipelined_ahead(problem, rates, SolverOptions(), Deadline(600),
+                            lambda plan: realize_steps(plan, DEFAULT_MODEL))
+    assert ahead.plan.transfers == plain.plan.transfers
+    assert ahead.estimate_s == plain.estimate_s
+    assert ahead.timeline.ops == plain.timeline.ops
