@@ -39,7 +39,7 @@ route of the cluster.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable
@@ -476,24 +476,33 @@ def places(ops: Sequence[Op], slots: int) -> list[int]:
     return place
 
 
-class _Builder:
-    """The cluster's ops, phase by phase, in an order their dependencies respect."""
+class OpsBuilder:
+    """A cluster's ops as a composition over nodes builds them: the list (dependencies
+    point backwards in it), the scratch slots each rank has handed out, and how many of
+    the ops run along the rails."""
 
     def __init__(self, ranks: int):
         self.ops: list[Op] = []
         self._scratch = [0] * ranks
-        self._reductions_end = 0  # a step past every node-level reduction's
         self.rail_ops = 0
 
     @property
     def scratch(self) -> tuple[int, ...]:
         return tuple(self._scratch)
 
-    def _add(self, kind: OpKind, src: Loc, dst: Loc, count: int, deps: set[int], step: int,
+    def _add(self, kind: OpKind, src: Loc, dst: Loc, count: int, deps: Iterable[int], step: int,
              route: tuple[str, ...]) -> int:
         i = len(self.ops)
-        self.ops.append(Op.make(i, kind, src, dst, count, tuple(sorted(deps)), step, route, None))
+        self.ops.append(Op.make(i, kind, src, dst, count, tuple(sorted(set(deps))), step, route, None))
         return i
+
+
+class _Builder(OpsBuilder):
+    """The cluster's ops, phase by phase, in an order their dependencies respect."""
+
+    def __init__(self, ranks: int):
+        super().__init__(ranks)
+        self._reductions_end = 0  # a step past every node-level reduction's
 
     def _scratch_base(self, sub_scratch: tuple[int, ...], rank_of: Sequence[int], width: int) -> list[int]:
         """Fresh scratch for one embedded sub-schedule: each sub-slot a range of `width`."""

@@ -36,17 +36,16 @@ about 15 steps per row inside its node and 4 per ring step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Callable
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, standard
-from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
+from collc.ir.schedule import Buffer, Loc, OpKind, Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.candidates import Result
 from collc.synthesis.network import Network
-from collc.synthesis.nodes import NodeGroups, OverNodes, Part, node_schedules, sub_topology
+from collc.synthesis.nodes import NodeGroups, OpsBuilder, OverNodes, Part, node_schedules, sub_topology
 from collc.synthesis.options import SynthesisOptions
 from collc.synthesis.plan import Status, combined_status
 from collc.synthesis.progress import Progress
@@ -144,34 +143,21 @@ def _rail_hops(topology: Topology, groups: NodeGroups, progress: Progress) -> li
     return hops
 
 
-class _Builder:
+class _Builder(OpsBuilder):
     """The cluster's ops, the nodes' rows first, then the rails' rings (dependencies
     point backwards in the list)."""
 
     def __init__(self, groups: NodeGroups, chunks: int):
         self.groups = groups
         self.chunks = chunks
-        self.ops: list[Op] = []
-        ranks = groups.count * groups.size
-        self._scratch = [0] * ranks
+        super().__init__(groups.count * groups.size)
         # acc[n][l][m]: where GPU l of node n sums its node's contributions to output
         # (m, l); done[n][l][m][j], the op that completes slot j of that sum there.
         self.acc: list[list[list[Loc | None]]] = [[[None] * groups.count for _ in range(groups.size)]
                                                   for _ in range(groups.count)]
         self.done: list[list[list[list[int]]]] = [[[[-1] * chunks for _ in range(groups.count)]
                                                    for _ in range(groups.size)] for _ in range(groups.count)]
-        self.rail_ops = 0
         self._horizon = 1
-
-    @property
-    def scratch(self) -> tuple[int, ...]:
-        return tuple(self._scratch)
-
-    def _add(self, kind: OpKind, src: Loc, dst: Loc, count: int, deps: Sequence[int], step: int,
-             route: tuple[str, ...]) -> int:
-        i = len(self.ops)
-        self.ops.append(Op(i, kind, src, dst, count, tuple(sorted(set(deps))), step, route))
-        return i
 
     def _fresh(self, rank: int, slots: int) -> int:
         base = self._scratch[rank]

@@ -67,18 +67,26 @@ def test_finish_skips_the_optional_step():
     assert work.optional == []
 
 
-def test_work_begun_on_the_final_incumbent_is_kept():
-    work = _Recorder()
-    release = threading.Event()
-    key_of = lambda values: int(values[0])
+def _key_of(values) -> int:
+    return int(values[0])
 
+
+def _releasing(work: _Recorder, release: threading.Event):
+    """`work`, then `release` set: the test's solver goes on until its work is done."""
     def work_then_release(key: int) -> Steps[str]:
         product = yield from work(key)
         release.set()
         return product
+    return work_then_release
 
-    result, key, product = solve_ahead(_solver([[1.0], [2.0]], [2.0], release), key_of,
-                                       lambda res: key_of(res.values), work_then_release)
+
+def test_work_begun_on_the_final_incumbent_is_kept():
+    work = _Recorder()
+    release = threading.Event()
+    work_then_release = _releasing(work, release)
+
+    result, key, product = solve_ahead(_solver([[1.0], [2.0]], [2.0], release), _key_of,
+                                       lambda res: _key_of(res.values), work_then_release)
     assert (key, product) == (2, "product of 2")
     assert work.begun.count(2) == 1  # not done again after the solve
     assert result.objective == 2.0
@@ -87,41 +95,33 @@ def test_work_begun_on_the_final_incumbent_is_kept():
 def test_incumbents_in_quick_succession_are_not_begun_on():
     work = _Recorder()
     release = threading.Event()
-    key_of = lambda values: int(values[0])
+    work_then_release = _releasing(work, release)
 
-    def work_then_release(key: int) -> Steps[str]:
-        product = yield from work(key)
-        release.set()
-        return product
-
-    _, key, product = solve_ahead(_solver([[1.0], [2.0], [3.0]], [3.0], release, gap_s=0.02), key_of,
-                                  lambda res: key_of(res.values), work_then_release, settle_s=0.1)
+    _, key, product = solve_ahead(_solver([[1.0], [2.0], [3.0]], [3.0], release, gap_s=0.02), _key_of,
+                                  lambda res: _key_of(res.values), work_then_release, settle_s=0.1)
     assert work.begun == [3] and product == "product of 3"
     assert work.optional == [3]  # done while the solve still ran
 
 
 def test_work_on_an_incumbent_that_is_not_the_answer_is_done_again():
     work = _Recorder()
-    key_of = lambda values: int(values[0])
-    _, key, product = solve_ahead(_solver([[1.0]], [4.0]), key_of, lambda res: key_of(res.values), work)
+    _, key, product = solve_ahead(_solver([[1.0]], [4.0]), _key_of, lambda res: _key_of(res.values), work)
     assert (key, product) == (4, "product of 4")
     assert work.finished[-1] == 4
 
 
 def test_an_error_ahead_on_a_discarded_incumbent_does_not_reach_the_caller():
     work = _Recorder(fail_on=1)
-    key_of = lambda values: int(values[0])
-    _, key, product = solve_ahead(_solver([[1.0]], [5.0]), key_of, lambda res: key_of(res.values), work)
+    _, key, product = solve_ahead(_solver([[1.0]], [5.0]), _key_of, lambda res: _key_of(res.values), work)
     assert product == "product of 5"
 
 
 def test_an_error_of_the_final_work_and_of_the_solve_reach_the_caller():
-    key_of = lambda values: int(values[0])
     with pytest.raises(ValueError, match="no work for 6"):
-        solve_ahead(_solver([[6.0]], [6.0]), key_of, lambda res: key_of(res.values), _Recorder(fail_on=6))
+        solve_ahead(_solver([[6.0]], [6.0]), _key_of, lambda res: _key_of(res.values), _Recorder(fail_on=6))
 
     def broken(on_incumbent) -> Result:
         raise RuntimeError("solver broke")
 
     with pytest.raises(RuntimeError, match="solver broke"):
-        solve_ahead(broken, key_of, lambda res: key_of(res.values), _Recorder())
+        solve_ahead(broken, _key_of, lambda res: _key_of(res.values), _Recorder())
