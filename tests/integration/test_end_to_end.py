@@ -48,9 +48,10 @@ def test_hand_written(topology, collective, tmp_path):
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 @pytest.mark.parametrize("collective", SYNTHESIZED)
 def test_synthesized(topology, collective, tmp_path):
-    # At 1 MiB the steady AllToAll is not within 5% of its bound, so auto also
-    # runs the time-expanded MILP, which on dgx1 uses all the time it is given and loses
-    # to the steady schedule: a shorter limit keeps the test's time, not its checks.
-    limit = 8 if collective == "alltoall" else 20
-    _check_outputs(_job(topology, collective, None, f"synthesize{{time_limit={limit} progress=false}}"), tmp_path,
+    # At 1 MiB the steady schedules are not all within 5% of their bounds, so auto also
+    # runs the time-expanded methods, which use all the time they are given (twice: once
+    # a backend) and may lose to the steady schedule: what this test checks is that
+    # whichever schedule wins lowers to files that verify and run, so a short limit
+    # keeps the test's time, not its checks.
+    _check_outputs(_job(topology, collective, None, "synthesize{time_limit=2 progress=false}"), tmp_path,
                    inplace=False)
