@@ -187,13 +187,16 @@ def _stdlib_schedule(topo: Topology, kind: str):
         return None  # the algorithm does not fit this topology (no path, one-way links)
 
 
-@settings(max_examples=30, deadline=None, database=None)
+@settings(max_examples=20, deadline=None, database=None)
 @given(topo=st.one_of(topologies(), clusters()), kind=st.sampled_from(KINDS))
 def test_volume_never_exceeds_what_schedules_achieve(topo, kind):
     coll = standard(kind, topo.num_ranks)
     lb = lower_bounds(topo, coll, SIZE)
+    # A small op budget: the bound must hold for any schedule, and at the default budget
+    # an AllReduce on some drawn clusters is the direct one in ~1,000 pieces a chunk
+    # (280,000 ops: a minute to list-schedule, for no more coverage).
     schedules = [synthesize(topo, coll, SIZE, SynthesisOptions(method=Method.STEADY, progress=False,
-                                                              time_limit=20)).schedule]
+                                                              time_limit=20, max_ops=20_000)).schedule]
     ring = _stdlib_schedule(topo, kind)
     if ring is not None:
         schedules.append(ring)
