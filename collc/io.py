@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from collc.diagnostics import CollcError, Span
+from collc.parallel import local_workers
 
 _TEMP_PREFIX = ".collc-"
 
@@ -192,9 +193,11 @@ def all_or_nothing() -> Iterator[None]:
 
 
 def core_to_spare() -> bool:
-    """Whether a second process would have a core of its own: at least two CPUs, and a
-    1-minute load average (this process included) at least one below their count."""
-    cpus = os.cpu_count() or 1
+    """Whether a second process would have a core of its own: at least two CPUs this
+    process may run on (its affinity: a container's or `taskset`'s share, not the
+    machine's), and a 1-minute load average (this process included) at least one below
+    their count."""
+    cpus = local_workers()
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average on this system

@@ -249,12 +249,16 @@ def test_a_schedule_that_fails_verification_while_written_leaves_no_file(collc, 
     assert listing(tmp_path) == []
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
 def test_a_core_to_spare_needs_two_cpus_and_a_load_below_them(monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (0.9, 0.0, 0.0))
     assert collc_io.core_to_spare()
     monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))
     assert not collc_io.core_to_spare()
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    # The CPUs this process may use count, not the machine's: one CPU of 64 (a
+    # container's share, `taskset -c 3`) has no core to spare.
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert not collc_io.core_to_spare()

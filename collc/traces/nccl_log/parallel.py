@@ -42,6 +42,8 @@ from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import BinaryIO, Iterator
 
+from collc.parallel import local_workers
+
 from ..detect import TraceSource
 from ..records import SourceSummary, TraceContext
 from . import sequential
@@ -62,10 +64,7 @@ def processes() -> int:
     wanted = os.environ.get(PROCESSES_ENV, "").strip()
     if wanted.isdigit() and int(wanted) >= 1:
         return int(wanted)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:       # not on Linux
-        return os.cpu_count() or 1
+    return local_workers()
 
 
 def read_split(source: TraceSource, state: State) -> Iterator[None] | None:
