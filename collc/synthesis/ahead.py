@@ -7,7 +7,9 @@ solution came after a fifth of the solve. HiGHS releases the GIL while it runs, 
 solve runs in a thread and the caller's thread meanwhile builds what the answer leads
 to (the paced transfers, the ops, the list-scheduled timeline) from the latest
 incumbent, in steps, begun once the incumbent has stayed the latest a moment
-(SETTLE_S) and dropped when a newer one comes.
+(SETTLE_S) and dropped when a newer one comes. Where it would only wait (for the first
+incumbent, or for one to settle), it does the command's idle work (collc.idle: the
+imports and baselines the command needs later) a piece at a time.
 
 The answer is always the solve's: the work begun ahead is kept only where the final
 solution decodes to exactly the same key as the incumbent it was begun on, and is
@@ -23,6 +25,7 @@ from typing import Callable, Generator, Generic, TypeVar
 
 import numpy as np
 
+from collc import idle
 from collc.synthesis.solver import Result
 
 K = TypeVar("K")
@@ -140,21 +143,27 @@ def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
     seen = 0
     while True:
         latest = None
+        idle_turn = False
         with incumbents.changed:
             while not incumbents.done and incumbents.count == seen:
+                left: float | None = None
                 if settling:
                     left = since + settle_s - solver_cpu()
                     if left <= 0:
                         break
-                    incumbents.changed.wait(left)  # the solver's CPU time grows no faster than the clock
                 elif ahead is not None and ahead.running:
                     break
-                else:
-                    incumbents.changed.wait()
+                if idle.pending():  # this thread would wait: a piece of the command's idle work first
+                    idle_turn = True
+                    break
+                incumbents.changed.wait(left)  # the solver's CPU time grows no faster than the clock
             if incumbents.done:
                 break
             if incumbents.count != seen:
                 latest, seen = incumbents.latest, incumbents.count
+        if idle_turn:
+            idle.run_one()
+            continue
         if latest is not None:
             key = incumbent_key(latest)
             settling = [] if ahead is not None and key == ahead.key else [key]
