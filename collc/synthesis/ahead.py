@@ -35,12 +35,16 @@ T = TypeVar("T")
 # is begun on it: HiGHS often reports two or three at the root (the warm start, then
 # better ones), and work begun on each would mostly be dropped. On the README's main
 # job the warm start comes at once, a better point after about 10 ms and the answer
-# after about 65 ms of the solve's 360: with 20 ms the pacing and the ops were made for
-# the second and dropped (0.16 CPU s); with 60 ms, work begins on the answer. Its CPU
-# time, not the clock: on a busy machine the solver's thread gets a share of a core,
-# and a wait on the clock would pass before it had looked further. Either decides only
-# how much work is done ahead, never the answer.
-SETTLE_S = 0.06
+# after about 70 ms of the solve's 360. The work's steps are short (about 10-20 ms:
+# collc.synthesis.extract.copy_ops_steps, collc.synthesis.timing.sequence_steps), so
+# work on an incumbent that a newer one replaces stops within one of them: with 20 ms,
+# the second's pacing is made and dropped (about 0.02 CPU s, while this thread would
+# otherwise wait) and work begins on the answer 40 ms sooner than with the 60 ms this
+# took while a step could last 0.18 s. Its CPU time, not the clock: on a busy machine
+# the solver's thread gets a share of a core, and a wait on the clock would pass before
+# it had looked further. Either decides only how much work is done ahead, never the
+# answer.
+SETTLE_S = 0.02
 
 # The work: a generator that yields between its steps and returns its product. At each
 # yield it is sent whether the solve is still running: an optional last step (work

@@ -217,7 +217,9 @@ def pipelined_ahead(problem: Problem, rates: RateSolution, options: SolverOption
     while HiGHS proves its answer optimal (`whole_counts_ahead`)."""
 
     def from_counts(counts: Counts) -> Steps[T]:
-        plan = _plan(problem, rates, paced_transfers(problem, rates, counts=counts))
+        paced = paced_transfers(problem, rates, counts=counts)
+        yield
+        plan = _plan(problem, rates, paced)
         yield
         return (yield from follow(plan))
 
