@@ -3,6 +3,8 @@ are the ops `copy_ops` makes, and the steps stop as often as TRANSFERS_PER_STEP 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import topos
 
 from collc.ir.collective import standard
@@ -16,6 +18,7 @@ from collc.synthesis.steady.pipelining import pipelined_plan
 from collc.synthesis.steady.rates import solve_rates
 
 
+@lru_cache(maxsize=1)  # shared with test_timing: the rates and the rounding MILP take a second
 def _dgx1_allgather_plan():
     net = Network(topos.dgx1())
     collective = standard("allgather", net.ranks)

@@ -17,7 +17,7 @@ from collc.synthesis.plan import Plan, Transfer
 from collc.synthesis.problem import Problem
 from collc.synthesis.ahead import Steps, finish, solve_ahead
 from collc.synthesis.solver import INF, Deadline, Model, Outcome, Result, SolverOptions, solve
-from collc.synthesis.steady.solution import NotApplicable, RateSolution, class_key
+from collc.synthesis.steady.solution import NotApplicable, RateSolution
 
 # Branch-and-bound nodes for rounding shares to whole chunks (a work limit, not a time
 # limit, keeps the answer independent of the machine).
@@ -295,12 +295,8 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
 
 
 def _classes(problem: Problem) -> dict[tuple, list[int]]:
-    """The commodities with demand, by class."""
-    by_class: dict[tuple, list[int]] = defaultdict(list)
-    for k, c in enumerate(problem.commodities):
-        if c.demand:
-            by_class[class_key(problem, k)].append(k)
-    return by_class
+    """The commodities with demand, by class (computed once per problem: read only)."""
+    return problem.classes
 
 
 def class_sizes(problem: Problem, rates: RateSolution,
