@@ -166,15 +166,16 @@ def compile_command(args: argparse.Namespace) -> int:
     check_outputs(args, jobs, directory)
     for job in jobs:  # before the first solve, so a late request cannot waste an early one's time
         check_job(job, backend, options)
-    if not args.quiet:
-        idle.defer(load_table_modules)
+    here = not library and len(jobs) == 1 and not args.scheduler  # the one request solved in this process
+    if here and not args.quiet:
+        idle.defer(load_table_modules)  # (not queued where worker processes, forked, would inherit it)
     reports = []
     # Every file of this command (schedules, report) is renamed into place together at
     # the end, or none is: a failure in any request leaves no output of another.
     with all_or_nothing():
         if library:
             reports = compile_library(args, jobs, backend, options, out)
-        elif len(jobs) == 1 and not args.scheduler:
+        elif here:
             # One request, here: its files are written while it is verified and reported.
             result = compile_job_written_while_verified(
                 jobs[0], args.backend, output_path(out, jobs[0], backend, directory, set()), options,
