@@ -6,18 +6,24 @@ seconds of the thread that runs it (time.thread_time) by a wrapper around the fu
 that does it, replaced where its caller looks it up:
 
   imports        collc's command line and the modules the job loads (the driver, numpy,
-                 HiGHS, the synthesis, the JSON backend, rich), before the command runs
+                 HiGHS, the synthesis, the JSON backend), before the command runs; rich
+                 (the table) is loaded by the command, as idle work (below)
   front end      `compile_jobs`: the command line's specs through the standard library
   bound          the lower bounds the synthesis aims at
   rate LP        the steady-state rates (HiGHS)
+  problems       the synthesis problems (1 and 512 chunks per rank); the refined one is
+                 built by the work begun on the MILP's incumbents (below)
   MILP rounding  the MILP that rounds the shares to whole chunks (HiGHS), in its own
                  thread (collc.synthesis.ahead): the stages below run meanwhile
   pacing         `paced_transfers`: the transfers and their order keys (every incumbent
                  the work was begun on counts, also those dropped)
-  ops            `copy_ops`: the plan's transfers as ops
-  list sched.    `sequence`: the ops list-scheduled on the network
+  ops            `copy_ops_steps`: the plan's transfers as ops
+  list sched.    `sequence_steps`: the ops list-scheduled on the network
   steps          `_assign_steps`: the timeline written back as steps, the final ops
   verification   the schedule verified (on arrays), by the driver
+  idle work      what the command's thread did while it would have waited for the
+                 MILP (collc.idle: rich's modules, the verifier's array form, the
+                 baselines)
   synthesis      the synthesize pass, all of the above from the bound on and the rest,
                  in the command's thread (the MILP's thread not counted)
   report         `make_report`: simulation, bounds, the ring baseline
@@ -41,6 +47,7 @@ compare CPU seconds and ratios, and say the load.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import resource
@@ -58,11 +65,13 @@ WRAPPED = [
     ("front end", "collc.commands.compile", "compile_jobs"),
     ("bound", "collc.synthesis.auto", "_lower_bounds"),
     ("rate LP", "collc.synthesis.auto", "solve_rates"),
+    ("problems", "collc.synthesis.auto", "problem_for"),
     ("MILP rounding", "collc.synthesis.steady.pipelining", "solve"),
     ("pacing", "collc.synthesis.steady.pipelining", "paced_transfers"),
-    ("ops", "collc.synthesis.candidates", "copy_ops"),
-    ("list sched.", "collc.synthesis.candidates", "sequence"),
+    ("ops", "collc.synthesis.candidates", "copy_ops_steps"),
+    ("list sched.", "collc.synthesis.candidates", "sequence_steps"),
     ("steps", "collc.synthesis.timing", "_assign_steps"),
+    ("idle work", "collc.idle", "run_one"),
     ("verification", "collc.driver", "verify"),
     ("synthesis", "collc.passes.synthesize", "synthesize"),
     ("report", "collc.driver", "make_report"),
@@ -70,9 +79,10 @@ WRAPPED = [
     ("table", "collc.commands.compile", "print_report"),
 ]
 IMPORTS = ["collc.cli", "collc.commands.compile", "collc.driver", "collc.passes.synthesize",
-           "collc.synthesis.steady.pipelining", "collc.backends.json_backend", "rich.console", "rich.table"]
-STAGES = ["imports", "front end", "bound", "rate LP", "MILP rounding", "pacing", "ops", "list sched.", "steps",
-          "verification", "synthesis", "report", "JSON fork", "table", "command", "command wall"]
+           "collc.synthesis.steady.pipelining", "collc.backends.json_backend"]
+STAGES = ["imports", "front end", "bound", "rate LP", "problems", "MILP rounding", "pacing", "ops", "list sched.",
+          "steps", "idle work", "verification", "synthesis", "report", "JSON fork", "table", "command",
+          "command wall"]
 
 
 def child() -> None:
@@ -103,6 +113,22 @@ def child() -> None:
 
 
 def _timed(stage: str, function, spent: dict[str, float]):
+    if inspect.isgeneratorfunction(function):  # work in steps: each step timed where it runs
+        def timed_steps(*args, **kwargs):
+            steps = function(*args, **kwargs)
+            sent = None
+            while True:
+                start = time.thread_time()
+                try:
+                    value = steps.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+                finally:
+                    spent[stage] = spent.get(stage, 0.0) + time.thread_time() - start
+                sent = yield value
+
+        return timed_steps
+
     def timed(*args, **kwargs):
         start = time.thread_time()
         try:

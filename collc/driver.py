@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from collc import frontend
+from collc import frontend, idle
 from collc.analysis.bounds import lower_bounds
 from collc.analysis.simulate import simulate
 from collc.backends import BackendOptions, Library, LibraryBand, LibraryRequest, get_backend
@@ -26,7 +26,7 @@ from collc.io import written_in_child
 from collc.limits import exceeded, int_limit
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
 from collc.report import Baseline, build_report
-from collc.verify import verify
+from collc.verify import load_array_form, verify
 
 
 @dataclass(frozen=True)
@@ -347,6 +347,12 @@ def compile_job_written_while_verified(job: CompileJob, backend: str, output: Pa
     options = options or BackendOptions()
     back = get_backend(backend)
     check_job(job, back, options)
+    # What needs the request alone, done where the solver's thread runs and this one
+    # would wait (collc.idle), else here when needed: the verifier's array form and
+    # the baselines (a hand-written algorithm's schedule is its own baseline: no wait).
+    if back.emits_unverified:
+        idle.defer(load_array_form)
+    baselines = idle.defer(lambda: baselines_for(job)) if with_baselines and not job.algorithm else None
     with few_collections():
         unit, solver = schedule_for_backend(job, back, options, verified=not back.emits_unverified)
         assert unit.schedule is not None
@@ -355,7 +361,7 @@ def compile_job_written_while_verified(job: CompileJob, backend: str, output: Pa
         if not unit.verified:
             verify(unit.schedule, unit.topology)
             unit = unit.with_verified(unit.schedule).with_note("verify", ok=True, ops=len(unit.schedule.ops))
-        report = make_report(job, unit, solver, backend, [], with_baselines)
+        report = make_report(job, unit, solver, backend, [], with_baselines, baselines)
     report["outputs"] = [str(p) for p in outputs]
     return CompileResult(unit, report, outputs)
 
@@ -377,10 +383,20 @@ def emit_library(backend: str, bands: list[LibraryBand], directory: Path, option
 
 
 def make_report(job: CompileJob, unit: CompileUnit, solver: dict[str, Any] | None, backend: str,
-                outputs: list[Path], with_baselines: bool = True) -> dict[str, Any]:
+                outputs: list[Path], with_baselines: bool = True,
+                early_baselines: idle.Deferred[list[Baseline]] | None = None) -> dict[str, Any]:
+    """The job's report. `early_baselines`: `baselines_for(job)`, computed before the
+    schedule was there; used unless the schedule is a stdlib algorithm's (the baseline
+    of that name is then the schedule itself, as `baselines_for` times it)."""
     schedule = unit.schedule
     assert schedule is not None
     sim = simulate(schedule, job.topology, job.size_bytes)
+    if not with_baselines:
+        baselines = []
+    elif early_baselines is not None and schedule.meta.get("source") != "algorithm":
+        baselines = early_baselines.result()
+    else:
+        baselines = baselines_for(job, schedule, sim.time_s)
     bounds = lower_bounds(job.topology, job.collective, job.size_bytes)
     transfers = schedule.num_transfers
     stats = {"name": schedule.name, "ops": len(schedule.ops), "transfers": transfers,
@@ -389,7 +405,7 @@ def make_report(job: CompileJob, unit: CompileUnit, solver: dict[str, Any] | Non
     return build_report(
         collective=schedule.collective, requested=job.collective, topology_name=job.topology.name,
         size_bytes=job.size_bytes, time_s=sim.time_s, bounds=bounds, solver=solver,
-        baselines=baselines_for(job, schedule, sim.time_s) if with_baselines else [], schedule_stats=stats,
+        baselines=baselines, schedule_stats=stats,
         link_utilization=util, outputs=[str(p) for p in outputs], backend=backend)
 
 

@@ -25,3 +25,25 @@ def test_another_pipeline_verifies_as_usual_even_when_asked_not_to():
     job = CompileJob(ring(4), allgather(4), 1 << 16, pipeline="synthesize,verify")
     unit, _ = produce_schedule(job, verified=False)
     assert unit.verified
+
+
+def test_baselines_computed_early_give_the_report_computed_after():
+    from collc import idle
+    from collc.driver import baselines_for, make_report
+
+    job = CompileJob(ring(4), allgather(4), 1 << 16)
+    unit, solver = produce_schedule(job)
+    early = idle.Deferred(lambda: baselines_for(job))
+    early.run()
+    assert make_report(job, unit, solver, "json", [], early_baselines=early) == make_report(job, unit, solver, "json", [])
+
+
+def test_a_stdlib_algorithm_is_its_own_baseline_whatever_was_computed_early():
+    from collc import idle
+    from collc.driver import make_report
+
+    job = CompileJob(ring(4), allgather(4), 1 << 16, algorithm="ring")
+    unit, solver = produce_schedule(job)
+    wrong = idle.Deferred(lambda: [])  # not asked for: the schedule is the ring baseline itself
+    report = make_report(job, unit, solver, "json", [], early_baselines=wrong)
+    assert report == make_report(job, unit, solver, "json", []) and report["baselines"]

@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 from collc.commands.args import EXIT_OK, finite_float, int_at_least, path_text
 from collc.commands.output_paths import check_outputs, names_directory, one_request_many_sizes, output_path
-from collc.commands.report_table import print_report
-from collc import units
+from collc.commands.report_table import load_table_modules, print_report
+from collc import idle, units
 from collc.diagnostics import CollcError, UsageError
 
 # The front end, the driver and the backends are imported inside the functions below:
@@ -134,6 +134,13 @@ def backend_options(args: argparse.Namespace):
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    # Work this command needs late (the table's modules, and the driver's own) is done
+    # where the solver's thread runs and this one would wait (collc.idle).
+    with idle.idle_queue():
+        return compile_command(args)
+
+
+def compile_command(args: argparse.Namespace) -> int:
     from collc.ir.heap import few_collections
 
     # The modules a compile loads (numpy, HiGHS, the synthesis), the standard library's
@@ -159,13 +166,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
     check_outputs(args, jobs, directory)
     for job in jobs:  # before the first solve, so a late request cannot waste an early one's time
         check_job(job, backend, options)
+    here = not library and len(jobs) == 1 and not args.scheduler  # the one request solved in this process
+    if here and not args.quiet:
+        idle.defer(load_table_modules)  # (not queued where worker processes, forked, would inherit it)
     reports = []
     # Every file of this command (schedules, report) is renamed into place together at
     # the end, or none is: a failure in any request leaves no output of another.
     with all_or_nothing():
         if library:
             reports = compile_library(args, jobs, backend, options, out)
-        elif len(jobs) == 1 and not args.scheduler:
+        elif here:
             # One request, here: its files are written while it is verified and reported.
             result = compile_job_written_while_verified(
                 jobs[0], args.backend, output_path(out, jobs[0], backend, directory, set()), options,

@@ -15,6 +15,14 @@ def fmt_time(us: float | None) -> str:
     return f"{us:,.2f} us"
 
 
+def load_table_modules() -> None:
+    """Import what `print_report` imports (rich's console and table, about 25 ms): a
+    command queues this as idle work (collc.idle) where it will print a table."""
+    import rich.console  # noqa: F401  (loaded here, used by print_report)
+    import rich.markup  # noqa: F401
+    import rich.table  # noqa: F401
+
+
 def print_report(rep: dict[str, Any]) -> None:
     from rich.console import Console  # rich's tables load dozens of modules: only when one is printed
     from rich.markup import escape

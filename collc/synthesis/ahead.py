@@ -7,7 +7,9 @@ solution came after a fifth of the solve. HiGHS releases the GIL while it runs, 
 solve runs in a thread and the caller's thread meanwhile builds what the answer leads
 to (the paced transfers, the ops, the list-scheduled timeline) from the latest
 incumbent, in steps, begun once the incumbent has stayed the latest a moment
-(SETTLE_S) and dropped when a newer one comes.
+(SETTLE_S) and dropped when a newer one comes. Where it would only wait (for the first
+incumbent, or for one to settle), it does the command's idle work (collc.idle: the
+imports and baselines the command needs later) a piece at a time.
 
 The answer is always the solve's: the work begun ahead is kept only where the final
 solution decodes to exactly the same key as the incumbent it was begun on, and is
@@ -23,6 +25,7 @@ from typing import Callable, Generator, Generic, TypeVar
 
 import numpy as np
 
+from collc import idle
 from collc.synthesis.solver import Result
 
 K = TypeVar("K")
@@ -32,12 +35,16 @@ T = TypeVar("T")
 # is begun on it: HiGHS often reports two or three at the root (the warm start, then
 # better ones), and work begun on each would mostly be dropped. On the README's main
 # job the warm start comes at once, a better point after about 10 ms and the answer
-# after about 65 ms of the solve's 360: with 20 ms the pacing and the ops were made for
-# the second and dropped (0.16 CPU s); with 60 ms, work begins on the answer. Its CPU
-# time, not the clock: on a busy machine the solver's thread gets a share of a core,
-# and a wait on the clock would pass before it had looked further. Either decides only
-# how much work is done ahead, never the answer.
-SETTLE_S = 0.06
+# after about 70 ms of the solve's 360. The work's steps are short (about 10-20 ms:
+# collc.synthesis.extract.copy_ops_steps, collc.synthesis.timing.sequence_steps), so
+# work on an incumbent that a newer one replaces stops within one of them: with 20 ms,
+# the second's pacing is made and dropped (about 0.02 CPU s, while this thread would
+# otherwise wait) and work begins on the answer 40 ms sooner than with the 60 ms this
+# took while a step could last 0.18 s. Its CPU time, not the clock: on a busy machine
+# the solver's thread gets a share of a core, and a wait on the clock would pass before
+# it had looked further. Either decides only how much work is done ahead, never the
+# answer.
+SETTLE_S = 0.02
 
 # The work: a generator that yields between its steps and returns its product. At each
 # yield it is sent whether the solve is still running: an optional last step (work
@@ -140,21 +147,27 @@ def solve_ahead(solve: Callable[[Callable[[np.ndarray], None]], Result],
     seen = 0
     while True:
         latest = None
+        idle_turn = False
         with incumbents.changed:
             while not incumbents.done and incumbents.count == seen:
+                left: float | None = None
                 if settling:
                     left = since + settle_s - solver_cpu()
                     if left <= 0:
                         break
-                    incumbents.changed.wait(left)  # the solver's CPU time grows no faster than the clock
                 elif ahead is not None and ahead.running:
                     break
-                else:
-                    incumbents.changed.wait()
+                if idle.pending():  # this thread would wait: a piece of the command's idle work first
+                    idle_turn = True
+                    break
+                incumbents.changed.wait(left)  # the solver's CPU time grows no faster than the clock
             if incumbents.done:
                 break
             if incumbents.count != seen:
                 latest, seen = incumbents.latest, incumbents.count
+        if idle_turn:
+            idle.run_one()
+            continue
         if latest is not None:
             key = incumbent_key(latest)
             settling = [] if ahead is not None and key == ahead.key else [key]

@@ -26,7 +26,7 @@ from collc.synthesis.progress import Progress
 from collc.synthesis.rounds import solve_rounds
 from collc.synthesis.solver import Deadline
 from collc.synthesis.steady.colgen import SPREADS
-from collc.synthesis.steady.pipelining import pipeline_fill, pipelined_ahead, pipelined_plan
+from collc.synthesis.steady.pipelining import Refinement, pipeline_fill, pipelined_ahead, pipelined_plan
 from collc.synthesis.steady.rates import solve_rates
 from collc.synthesis.steady.solution import NotApplicable
 from collc.synthesis.timexp import EpochGrid, State, greedy, make_grid
@@ -256,13 +256,16 @@ def _pipelined(network: Network, collective: Collective, size_bytes: int, option
     the candidate is not within it, also dealt by latency (`latency_counts`), the faster
     of the two."""
     progress.stage(f"steady: pipelining {chunks} chunks per rank")
-    problem = base if chunks == base.collective.chunks else problem_for(network, collective, size_bytes, chunks)
+    # The refined problem is built while the rounding MILP runs (steady.pipelining.Refinement).
+    problem = base if chunks == base.collective.chunks else Refinement(
+        base, chunks, size_bytes, lambda: problem_for(network, collective, size_bytes, chunks))
     deadline.work.candidates += 1
     cand = pipelined_ahead(problem, rates, options.solver, deadline, lambda plan: realize_steps(plan, options.timing))
     if latency_target is None or cand.estimate_s <= latency_target:
         return cand
     deadline.work.candidates += 1
-    aware = realize(pipelined_plan(problem, rates, options.solver, deadline, latency_aware=True), options.timing)
+    aware = realize(pipelined_plan(cand.plan.problem, rates, options.solver, deadline, latency_aware=True),
+                    options.timing)
     return aware if aware.estimate_s < cand.estimate_s else cand
 
 

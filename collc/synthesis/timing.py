@@ -23,6 +23,7 @@ from operator import attrgetter, le
 from typing import Sequence
 
 from collc.ir.schedule import Op, make_ops
+from collc.synthesis import ahead
 from collc.synthesis.network import Network
 
 
@@ -126,6 +127,10 @@ class Timeline:
 SCAN_DEPTH = 64
 # ... and how many startable ones it offers the matching.
 CANDIDATES_PER_LINK = 16
+# Instants (of links falling free, ops becoming ready) between two yields of
+# `sequence_steps`: about 15 ms of work on the README's main job, so that work begun on
+# an incumbent that a newer one replaces stops soon (collc.synthesis.ahead).
+INSTANTS_PER_STEP = 256
 
 
 def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
@@ -136,6 +141,13 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
 
     Event-driven: at every instant a link falls free or an op becomes ready, the free
     links take queued transfers whose links are all free (see `_dispatch`)."""
+    return ahead.finish(sequence_steps(ops, network, slot_bytes, model))
+
+
+def sequence_steps(ops: Sequence[Op], network: Network, slot_bytes: float,
+                   model: TimingModel = DEFAULT_MODEL) -> ahead.Steps[Timeline]:
+    """`sequence` in steps of INSTANTS_PER_STEP instants, for work begun ahead of a
+    solve's end."""
     n = len(ops)
     costs = op_costs(ops, network, slot_bytes, model)
     pos = {op.id: i for i, op in enumerate(ops)}
@@ -204,7 +216,12 @@ def sequence(ops: Sequence[Op], network: Network, slot_bytes: float,
             if pending[j] == 0:
                 push(events, (ready_at[j], 0, j))
 
+    instants = 0
     while events:
+        instants += 1
+        if instants == INSTANTS_PER_STEP:
+            instants = 0
+            yield
         t = events[0][0]
         touched: set[int] = set()
         local: list[int] = []

@@ -15,10 +15,11 @@ other directly.
 
 from collc.diagnostics import ScheduleError
 from collc.verify.symbolic import (
-    buffer_size, check_postcondition, check_structure, execute, unreachable_pairs, verify, verify_op_by_op,
+    buffer_size, check_postcondition, check_structure, execute, load_array_form, unreachable_pairs, verify,
+    verify_op_by_op,
 )
 
 __all__ = [
-    "ScheduleError", "buffer_size", "check_postcondition", "check_structure", "execute", "unreachable_pairs",
-    "verify", "verify_op_by_op",
+    "ScheduleError", "buffer_size", "check_postcondition", "check_structure", "execute", "load_array_form",
+    "unreachable_pairs", "verify", "verify_op_by_op",
 ]

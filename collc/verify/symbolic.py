@@ -474,6 +474,12 @@ def verify(schedule: Schedule, topology: Topology | None = None, check_races: bo
     verify_op_by_op(schedule, topology, check_races)
 
 
+def load_array_form() -> None:
+    """Import the array form `verify` uses for a large schedule (collc.verify.arrays),
+    ahead of the call: for a caller with a moment to spare before it verifies one."""
+    from collc.verify.arrays import verify_on_arrays  # noqa: F401  (loaded, not called: see verify)
+
+
 def verify_op_by_op(schedule: Schedule, topology: Topology | None = None, check_races: bool = True) -> None:
     """`verify` without its array form: runs every op in Python, and words every error."""
     check_structure(schedule, topology)

@@ -125,3 +125,19 @@ def test_an_error_of_the_final_work_and_of_the_solve_reach_the_caller():
 
     with pytest.raises(RuntimeError, match="solver broke"):
         solve_ahead(broken, _key_of, lambda res: _key_of(res.values), _Recorder())
+
+
+def test_idle_work_is_done_while_waiting_and_changes_nothing():
+    from collc import idle
+
+    done: list[str] = []
+    release = threading.Event()
+    work = _Recorder()
+    with idle.idle_queue():
+        import_like = idle.defer(lambda: done.append("imports") or "loaded")
+        idle.defer(lambda: done.append("baselines"))
+        result, key, product = solve_ahead(_solver([[1.0], [2.0]], [2.0], release), _key_of,
+                                           lambda res: _key_of(res.values), _releasing(work, release))
+        assert done == ["imports", "baselines"]  # both in the wait, before the work was asked for
+        assert import_like.result() == "loaded" and done == ["imports", "baselines"]
+    assert (key, product) == (2, "product of 2") and work.begun.count(2) == 1

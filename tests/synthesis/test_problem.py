@@ -129,3 +129,15 @@ def test_other_custom_reductions_are_refused_with_the_reason():
     assert refine(mine, 2).has_reduction
     with pytest.raises(Exception, match="write other reductions as an algorithm"):
         synthesize(fe.resolve_topology("switch(4)"), mine, 1 << 20, SynthesisOptions(progress=False))
+
+
+def test_the_classes_are_the_commodities_with_demand_by_class_key():
+    from collc.synthesis.steady.solution import class_key
+
+    problem = build_problem(refine(standard("allgather", 4), 3), Network(switch(4)), 1 << 20)
+    by_key: dict[tuple, list[int]] = {}
+    for k, c in enumerate(problem.commodities):
+        if c.demand:
+            by_key.setdefault(class_key(problem, k), []).append(k)
+    assert problem.classes == by_key and len(by_key) == 4  # a class per source rank
+    assert problem.classes is problem.classes  # grouped once

@@ -17,7 +17,7 @@ from collc.synthesis.plan import Plan, Transfer
 from collc.synthesis.problem import Problem
 from collc.synthesis.ahead import Steps, finish, solve_ahead
 from collc.synthesis.solver import INF, Deadline, Model, Outcome, Result, SolverOptions, solve
-from collc.synthesis.steady.solution import NotApplicable, RateSolution, class_key
+from collc.synthesis.steady.solution import NotApplicable, RateSolution
 
 # Branch-and-bound nodes for rounding shares to whole chunks (a work limit, not a time
 # limit, keeps the answer independent of the machine).
@@ -57,7 +57,7 @@ def whole_counts(problem: Problem, rates: RateSolution, sizes: dict[tuple, int],
                  deadline: Deadline) -> dict[tuple, list[int]]:
     """Chunks per tree (or path), whole numbers adding up to each class's chunks, that
     load the busiest link least: a small MILP, warm-started from rounding each share."""
-    rounding = _Rounding(problem, rates, sizes)
+    rounding = _Rounding(problem.network, problem.slot_bytes, rates, sizes)
     if rounding.needless():
         return rounding.start
     return rounding.counts(rounding.solve(options, deadline))
@@ -68,7 +68,14 @@ def whole_counts_ahead(problem: Problem, rates: RateSolution, sizes: dict[tuple,
     """`whole_counts` and `work` on them, the work begun on the MILP's incumbents while
     HiGHS proves the answer optimal (collc.synthesis.ahead): the same counts, and the
     same product as `finish(work(counts))`."""
-    rounding = _Rounding(problem, rates, sizes)
+    return _counts_ahead(problem.network, problem.slot_bytes, rates, sizes, options, deadline, work)
+
+
+def _counts_ahead(network: Network, slot_bytes: float, rates: RateSolution, sizes: dict[tuple, int],
+                  options: SolverOptions, deadline: Deadline, work: Callable[[Counts], Steps[T]]) -> tuple[Counts, T]:
+    """`whole_counts_ahead` of a problem on `network` with slots of `slot_bytes` and
+    classes of `sizes` chunks: all the rounding MILP asks of the problem."""
+    rounding = _Rounding(network, slot_bytes, rates, sizes)
     if rounding.needless():
         return rounding.start, finish(work(rounding.start))
     _, counts, product = solve_ahead(lambda on_incumbent: rounding.solve(options, deadline, on_incumbent),
@@ -81,8 +88,7 @@ class _Rounding:
     chunks) and per link (its load at most z), z minimized; started from rounding each
     share (`start`)."""
 
-    def __init__(self, problem: Problem, rates: RateSolution, sizes: dict[tuple, int]):
-        net = problem.network
+    def __init__(self, net: Network, slot_bytes: float, rates: RateSolution, sizes: dict[tuple, int]):
         self.keys = keys = sorted(sizes)
         self.start = {key: apportion(sizes[key], [w for _, w in rates.shares[key]]) for key in keys}
         m = self.model = Model()
@@ -96,7 +102,7 @@ class _Rounding:
                 self.cols[key].append(j)
                 for ri in routes:
                     for l in net.routes[ri].links:
-                        per_link[l].append((j, problem.slot_bytes / net.links[l].capacity / rates.seconds))
+                        per_link[l].append((j, slot_bytes / net.links[l].capacity / rates.seconds))
             m.add_row(self.cols[key], [1.0] * len(self.cols[key]), float(sizes[key]), float(sizes[key]))
         for l, terms in sorted(per_link.items()):
             merged: dict[int, float] = defaultdict(float)
@@ -210,21 +216,65 @@ def pipelined_plan(problem: Problem, rates: RateSolution, options: SolverOptions
     return _plan(problem, rates, paced_transfers(problem, rates, options, deadline, latency_aware=latency_aware))
 
 
-def pipelined_ahead(problem: Problem, rates: RateSolution, options: SolverOptions, deadline: Deadline,
+@dataclass(frozen=True)
+class Refinement:
+    """A problem refined from `base` to `chunks` per rank at `size_bytes`, made by
+    `build` when first needed. The rounding MILP asks of it only its class sizes and
+    its slot bytes, known from the base: a refined chunk keeps its chunk's holders and
+    demand, so each class has chunks / base chunks times its chunks, in slots that many
+    times smaller (`predicted`). On the README's main job the problem (4,096
+    commodities, 30-50 ms with its classes) is then built by the first step of the
+    work begun on the MILP's incumbents, while HiGHS runs; the prediction is checked
+    against the problem built, and the MILP solved again from it where they differ."""
+
+    base: Problem
+    chunks: int
+    size_bytes: int
+    build: Callable[[], Problem]
+
+    def predicted(self, rates: RateSolution) -> tuple[dict[tuple, int], float]:
+        """(class sizes, slot bytes) of the refined problem."""
+        coll = self.base.collective
+        factor = self.chunks // coll.chunks
+        sizes = {key: n * factor for key, n in class_sizes(self.base, rates).items()}
+        return sizes, self.size_bytes / (factor * max(coll.in_chunks, coll.out_chunks, 1))
+
+
+def pipelined_ahead(problem: Problem | Refinement, rates: RateSolution, options: SolverOptions, deadline: Deadline,
                     follow: Callable[[Plan], Steps[T]]) -> T:
     """`finish(follow(pipelined_plan(problem, rates, options, deadline)))`: the same
     product, with the plan and what follows it begun on the rounding MILP's incumbents
-    while HiGHS proves its answer optimal (`whole_counts_ahead`)."""
+    while HiGHS proves its answer optimal (`whole_counts_ahead`); a `Refinement` is
+    built by that work (or after the solve, where none was begun)."""
+    made: list[Problem] = [problem] if isinstance(problem, Problem) else []
+
+    def the_problem() -> Problem:
+        if not made:
+            assert isinstance(problem, Refinement)
+            made.append(problem.build())
+        return made[0]
 
     def from_counts(counts: Counts) -> Steps[T]:
-        plan = _plan(problem, rates, paced_transfers(problem, rates, counts=counts))
+        if not made:
+            the_problem()
+            yield
+        paced = paced_transfers(the_problem(), rates, counts=counts)
+        yield
+        plan = _plan(the_problem(), rates, paced)
         yield
         return (yield from follow(plan))
 
-    sizes = class_sizes(problem, rates)
-    if rates.replicated or deadline.fired():
-        return finish(from_counts(_dealt(problem, rates, sizes, options, deadline, False)))
-    return whole_counts_ahead(problem, rates, sizes, options, deadline, from_counts)[1]
+    if rates.replicated or deadline.fired() or isinstance(problem, Problem):
+        sizes = class_sizes(the_problem(), rates)
+        if rates.replicated or deadline.fired():
+            return finish(from_counts(_dealt(the_problem(), rates, sizes, options, deadline, False)))
+        return whole_counts_ahead(the_problem(), rates, sizes, options, deadline, from_counts)[1]
+    sizes, slot_bytes = problem.predicted(rates)
+    _, product = _counts_ahead(problem.base.network, slot_bytes, rates, sizes, options, deadline, from_counts)
+    built = the_problem()
+    if class_sizes(built, rates) == sizes and built.slot_bytes == slot_bytes:
+        return product
+    return finish(from_counts(whole_counts(built, rates, class_sizes(built, rates), options, deadline)))
 
 
 def _plan(problem: Problem, rates: RateSolution, paced: PacedTransfers) -> Plan:
@@ -293,12 +343,8 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
 
 
 def _classes(problem: Problem) -> dict[tuple, list[int]]:
-    """The commodities with demand, by class."""
-    by_class: dict[tuple, list[int]] = defaultdict(list)
-    for k, c in enumerate(problem.commodities):
-        if c.demand:
-            by_class[class_key(problem, k)].append(k)
-    return by_class
+    """The commodities with demand, by class (computed once per problem: read only)."""
+    return problem.classes
 
 
 def class_sizes(problem: Problem, rates: RateSolution,

@@ -23,8 +23,9 @@ from collc.synthesis.network import Network
 from collc.synthesis.plan import SolveStats, Status
 from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline, SolverOptions
-from collc.synthesis.steady.pipelining import (class_sizes, latency_counts, pipelined_ahead, pipelined_plan,
-                                               structure_beat, structure_fill, whole_counts, whole_counts_ahead)
+from collc.synthesis.steady.pipelining import (Refinement, class_sizes, latency_counts, pipelined_ahead,
+                                               pipelined_plan, structure_beat, structure_fill, whole_counts,
+                                               whole_counts_ahead)
 from collc.synthesis.steady.rates import solve_rates
 from collc.synthesis.steady.solution import RateSolution, class_key
 from collc.synthesis.timing import DEFAULT_MODEL
@@ -132,3 +133,44 @@ def test_pipelined_ahead_gives_the_candidate_of_the_plain_plan(dgx1_allgather):
     assert ahead.plan.transfers == plain.plan.transfers
     assert ahead.estimate_s == plain.estimate_s
     assert ahead.timeline.ops == plain.timeline.ops
+
+
+
+@pytest.fixture(scope="module")
+def plain_candidate(dgx1_allgather):
+    """The dgx1 AllGather's candidate from the plan made first, then realized."""
+    problem, rates = dgx1_allgather
+    return realize(pipelined_plan(problem, rates, SolverOptions(), Deadline(600)), DEFAULT_MODEL)
+
+
+def _refinable(dgx1_allgather):
+    """(its problem at 1 chunk per rank, at 64, the rates)."""
+    problem, rates = dgx1_allgather
+    return problem_for(problem.network, standard("allgather", problem.ranks), 16 << 20, 1), problem, rates
+
+
+def test_a_refinement_built_while_the_milp_runs_gives_the_candidate_of_the_problem_built_first(
+        dgx1_allgather, plain_candidate):
+    base, problem, rates = _refinable(dgx1_allgather)
+    built: list[int] = []
+
+    def build():
+        built.append(1)
+        return problem_for(problem.network, standard("allgather", problem.ranks), 16 << 20, 64)
+
+    deadline = Deadline(600)
+    refined = pipelined_ahead(Refinement(base, 64, 16 << 20, build), rates, SolverOptions(), deadline,
+                              lambda plan: realize_steps(plan, DEFAULT_MODEL))
+    assert built == [1] and deadline.work.solves == 1  # built once; the MILP solved once
+    assert refined.timeline.ops == plain_candidate.timeline.ops and refined.estimate_s == plain_candidate.estimate_s
+
+
+def test_a_refinement_that_is_not_what_was_predicted_is_solved_again_from_the_problem(
+        dgx1_allgather, plain_candidate):
+    base, problem, rates = _refinable(dgx1_allgather)
+    # Said to be a byte larger than built: the MILP's slots were not the problem's.
+    wrong = Refinement(base, 64, (16 << 20) + 1, lambda: problem)
+    deadline = Deadline(600)
+    got = pipelined_ahead(wrong, rates, SolverOptions(), deadline, lambda plan: realize_steps(plan, DEFAULT_MODEL))
+    assert deadline.work.solves == 2
+    assert got.timeline.ops == plain_candidate.timeline.ops and got.estimate_s == plain_candidate.estimate_s
