@@ -153,9 +153,10 @@ class _Order:
     leads to b (through a few branch points) is an ancestor of b, found in a few dict
     reads. This is what answers the race check of a ring: the op that read a slot is
     ordered before the op that overwrites it by the N - 1 hops of the slot's chunk around
-    the ring, which the search walked one op at a time (at 1,024 GPUs, 128-hop rings and
-    a quarter of a million such questions). Only yes is read from the chains; a no goes
-    to the search, so the answers are exactly the DAG's."""
+    the ring, which the search walked one op at a time (at 1,024 GPUs over nodes,
+    128-hop rings; at 128 GPUs over nodes the chains answer all 30,720 such questions).
+    Only yes is read from the chains; a no goes to the search, so the answers are
+    exactly the DAG's."""
 
     def __init__(self, ops: tuple[Op, ...]):
         self.ops = ops
