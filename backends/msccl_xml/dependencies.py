@@ -61,12 +61,7 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 def order_steps(program: Program) -> Program:
     if program.stage is Stage.ORDERED:
         raise CollcError("msccl-deps has already run on this program")
-    # Threadblock ids are positions in each GPU's list (msccl-threadblocks numbers them so).
-    layout = _Layout(program)
-    needs = _cross_needs(program, layout)
-    waits = _waits(program, layout, needs)
-    if _most_xml_nodes(program, layout, waits) > MAX_XML_NODES:
-        _chain_waits(layout, waits)
+    layout, waits = _ordering(program)
     number = _numbers(layout, waits)
     targets = {target for ws in waits.values() for target in ws}
     reducing = layout.tbs_with_reductions(program)
@@ -85,6 +80,39 @@ def order_steps(program: Program) -> Program:
             k += 1
         gpus.append(replace(g, tbs=tuple(tbs)))
     return replace(program, gpus=tuple(gpus), stage=Stage.ORDERED)
+
+
+class _Ordering(NamedTuple):
+    layout: _Layout
+    waits: dict[int, list[int]]
+
+
+@remember_last
+def _ordering(program: Program) -> _Ordering:
+    """Every step numbered and the waits between threadblocks decided: what fixes each
+    threadblock's length (`ordered_lengths`), kept so that `order_steps` of the same
+    program builds its steps from it."""
+    # Threadblock ids are positions in each GPU's list (msccl-threadblocks numbers them so).
+    layout = _Layout(program)
+    needs = _cross_needs(program, layout)
+    waits = _waits(program, layout, needs)
+    if _most_xml_nodes(program, layout, waits) > MAX_XML_NODES:
+        _chain_waits(layout, waits)
+    return _Ordering(layout, waits)
+
+
+def ordered_lengths(program: Program) -> list[int]:
+    """The steps of every threadblock (GPU by GPU, in order) once `order_steps` has
+    numbered them, nop steps included, without building them: msccl-threadblocks
+    measures every placement it tries, and most are given up (the steps are built only
+    for the one kept, when msccl-deps asks)."""
+    layout, waits = _ordering(program)
+    lengths = np.diff(np.asarray([*layout.tb_start, layout.steps], dtype=np.int64))
+    if waits:
+        waiting = np.fromiter(waits, np.int64, len(waits))
+        nops = np.fromiter(map(len, waits.values()), np.int64, len(waits)) - 1
+        np.add.at(lengths, layout.tb_of_step[waiting], nops)
+    return lengths.tolist()
 
 
 _step_halves = itemgetter(1)  # LStep.halves, read at C level

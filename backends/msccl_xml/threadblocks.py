@@ -19,7 +19,7 @@ from collc.backends.msccl_xml.channels import (
     MAX_CHANNELS, MAX_TBS_PER_CHANNEL, PlanCache, TbPlan, channel_counts, check_counts, plan_compact,
     plan_threadblocks,
 )
-from collc.backends.msccl_xml.dependencies import order_steps
+from collc.backends.msccl_xml.dependencies import ordered_lengths
 from collc.backends.msccl_xml.fuse import fuse
 from collc.backends.msccl_xml.halves import split_schedule
 from collc.backends.msccl_xml.program import (
@@ -88,7 +88,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         program = _program(schedule, split, plan, place_array, instances, inplace)
         # Fusing and dependencies decide the final length of each threadblock; both are
         # deterministic, so the passes that follow reproduce exactly what is measured here.
-        steps, where = _longest(order_steps(fuse(program)))
+        steps, where = _longest(fuse(program))
         if steps <= max_steps:
             return program
         if best is None or steps < best[0]:
@@ -179,7 +179,7 @@ def _compact(schedule: Schedule, split, cache: PlanCache, instances: int, inplac
             if sms and threadblock_excess(most, sms) is not None:
                 return None, f"packed on {c} channel(s), GPU {rank} still needs {most}"
             program = _program(schedule, split, plan, cache.place_array, instances, inplace)
-            steps, where = _longest(order_steps(fuse(program)))
+            steps, where = _longest(fuse(program))
             if steps <= max_steps:
                 return program, ""
             why = f"packed on {c} channel(s), {where} gets {steps} steps (max_steps={max_steps})"
@@ -209,8 +209,13 @@ def _check_peers(schedule: Schedule, instances: int, sms: int) -> int:
     return most
 
 
-def _longest(program: Program) -> tuple[int, str]:
-    steps, g, tb = max(((len(tb.steps), g.rank, tb) for g in program.gpus for tb in g.tbs), key=lambda t: t[:2])
+def _longest(fused: Program) -> tuple[int, str]:
+    """The steps of the fused program's longest threadblock once ordered (nops
+    included; the first of the highest rank among equals), and where it is."""
+    lengths = ordered_lengths(fused)
+    where = [(g.rank, tb) for g in fused.gpus for tb in g.tbs]
+    k = max(range(len(where)), key=lambda k: (lengths[k], where[k][0]))
+    (g, tb), steps = where[k], lengths[k]
     return steps, f"GPU {g}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})"
 
 

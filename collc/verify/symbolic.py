@@ -139,14 +139,36 @@ def _check_route(op: Op, topology: Topology) -> None:
                 op.origin)
 
 
+# How many branch points a chain proof climbs before it leaves the question to the search.
+CHAIN_CLIMBS = 16
+
+
 class _Order:
-    """Happens-before queries over the dependency DAG."""
+    """Happens-before queries over the dependency DAG.
+
+    Besides the DAG, it keeps *chains* that the symbolic run reports as it goes
+    (`follows`): an op that depends directly on the op that wrote the slot it reads
+    continues that op's chain, or, where another op already continued it, starts a
+    branch off it. A chain is a path of dependencies, so an op earlier on a chain that
+    leads to b (through a few branch points) is an ancestor of b, found in a few dict
+    reads. This is what answers the race check of a ring: the op that read a slot is
+    ordered before the op that overwrites it by the N - 1 hops of the slot's chunk around
+    the ring, which the search walked one op at a time (at 1,024 GPUs over nodes,
+    128-hop rings; at 128 GPUs over nodes the chains answer all 30,720 such questions).
+    Only yes is read from the chains; a no goes to the search, so the answers are
+    exactly the DAG's."""
 
     def __init__(self, ops: tuple[Op, ...]):
         self.ops = ops
         self._pos: dict[int, int] | None = None
         self._deps: dict[int, tuple[int, ...]] | None = None
         self._level: dict[int, int] | None = None
+        # Per op reported to `follows`: its chain and its place on it. Per chain: its
+        # last op, and the op its first op branched off (None: a chain of its own).
+        self._chain: dict[int, int] = {}
+        self._place: dict[int, int] = {}
+        self._tail: list[int] = []
+        self._branch_of: list[int | None] = []
 
     # Built at the first query: a schedule whose accesses are all ordered by direct
     # dependencies (every ring) never searches the DAG.
@@ -176,6 +198,39 @@ class _Order:
             self._level = level
         return self._level
 
+    def follows(self, op: int, pred: int | None) -> None:
+        """Record that `op` depends directly on `pred` (None: on no op reported here), the
+        op that wrote the slot it reads: `op` continues `pred`'s chain if it is the first
+        to, else starts a branch off it."""
+        chain = self._chain.get(pred) if pred is not None else None
+        if chain is not None and self._tail[chain] == pred:
+            self._chain[op] = chain
+            self._place[op] = self._place[pred] + 1
+            self._tail[chain] = op
+            return
+        self._chain[op] = len(self._tail)
+        self._place[op] = 0
+        self._tail.append(op)
+        self._branch_of.append(pred if chain is not None else None)
+
+    def on_chains(self, a: int, b: int) -> bool:
+        """True if the chains show op a before op b (False: they do not show it, which
+        does not mean it is not)."""
+        chain_of = self._chain
+        target = chain_of.get(a)
+        chain = chain_of.get(b)
+        if target is None or chain is None:
+            return False
+        place, last = self._place[a], self._place[b] - 1  # ops of b's chain strictly before b
+        for _ in range(CHAIN_CLIMBS):
+            if chain == target:
+                return place <= last
+            root = self._branch_of[chain]
+            if root is None:
+                return False
+            chain, last = chain_of[root], self._place[root]  # the branch point itself comes before b
+        return False
+
     def before(self, a: int, b: int) -> bool:
         """True if op a is an ancestor of op b (a must finish before b starts)."""
         return a != b and bool(self.ancestors_among(b, (a,)))
@@ -186,7 +241,7 @@ class _Order:
         the list and of higher level than the earliest candidate can lead to one."""
         deps = self.deps
         direct = deps[b]
-        found = {c for c in candidates if c in direct}
+        found = {c for c in candidates if c in direct or (c != b and self.on_chains(c, b))}
         wanted = {c for c in candidates if c != b and c not in found}
         if not wanted:
             return found
@@ -336,6 +391,7 @@ def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _C
     get = slots.get
     for op in schedule.ops:
         me, deps, is_reduce = op.id, op.deps, op.kind is reduce
+        unchained = True  # reported to the chains at its first slot (see `_Order.follows`)
         for src, dst in ((op.src, op.dst),) if op.count == 1 else _slot_keys(op):
             held = get(src)
             if held is None:
@@ -363,9 +419,12 @@ def _execute(schedule: Schedule, check_races: bool) -> tuple[dict[Loc, Bits], _C
             else:
                 new = v
             if order is not None:
+                w = held[1]
+                if unchained:
+                    order.follows(me, w if w is not None and w in deps else None)
+                    unchained = False
                 # Every earlier access `_check_race` would check is a direct dependency
                 # of `op` (or `op` itself): the common case, decided without searching.
-                w = held[1]
                 if not ((w is None or w == me or w in deps) and (
                         target is None or ((target[1] is None or target[1] in deps)
                                            and (not target[2] or _all_ordered(target[2], me, deps))))):

@@ -229,3 +229,55 @@ def test_one_search_finds_exactly_the_ancestors_among_the_candidates():
             assert order.ancestors_among(b, candidates) == ancestors[b] & set(candidates)
             assert all(order.before(a, b) == (a in ancestors[b]) for a in candidates)
 
+
+
+def test_chains_answer_only_what_the_dag_says():
+    """The chains the symbolic run reports (`_Order.follows`: each op after one of its
+    direct dependencies, or after none) answer yes only for true ancestors, and with
+    them the race check's search finds exactly the ancestors among the candidates."""
+    for seed in range(30):
+        rng = random.Random(seed)
+        n = rng.randint(2, 60)
+        deps = [tuple(sorted(rng.sample(range(i), min(i, rng.randint(0, 3))))) for i in range(n)]
+        ops = tuple(Op(i, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=deps[i])
+                    for i in range(n))
+        ancestors: list[set[int]] = []
+        for i in range(n):
+            ancestors.append(set(deps[i]).union(*(ancestors[d] for d in deps[i])))
+        order = _Order(ops)
+        for i in range(n):
+            order.follows(i, rng.choice(deps[i]) if deps[i] and rng.random() < 0.9 else None)
+        shown = 0
+        for b in range(n):
+            for a in range(n):
+                if order.on_chains(a, b):
+                    assert a in ancestors[b]
+                    shown += 1
+            candidates = rng.sample(range(n), rng.randint(0, min(n, 6)))
+            assert order.ancestors_among(b, candidates) == ancestors[b] & set(candidates)
+        assert shown or n < 3 or not any(deps)
+
+
+def test_a_slot_overwritten_after_a_trip_around_the_ring_is_proved_by_chains(monkeypatch):
+    """Rank 0's slot is read by the first hop of a trip around the ring and overwritten
+    by its last: the hops order them, and the chains prove it with no search."""
+    from collc.ir.collective import allgather
+    from collc.verify.symbolic import execute
+
+    n = 6
+    ops = [Op(0, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), step=0)]
+    for r in range(n):
+        ops.append(Op(len(ops), OpKind.COPY, Loc(r, Buffer.OUTPUT, 0), Loc((r + 1) % n, Buffer.OUTPUT, 0),
+                      deps=(len(ops) - 1,), step=r + 1))
+    sched = Schedule("trip", allgather(n), f"ring{n}", tuple(ops))
+    searched, proved = [], []
+    monkeypatch.setattr(_Order, "level", property(lambda self: searched.append(1) or {}))
+    real = _Order.on_chains
+    monkeypatch.setattr(_Order, "on_chains", lambda self, a, b: proved.append((a, b, real(self, a, b))) or proved[-1][2])
+    execute(sched)
+    assert sorted(proved) == [(0, n, True), (1, n, True)] and not searched
+    # Without the last hop's dependency the overwrite races with the first hop's read
+    # (the chains do not show it, the search decides).
+    monkeypatch.undo()
+    with pytest.raises(ScheduleError, match="race"):
+        execute(replace(sched, ops=(*ops[:-1], replace(ops[-1], deps=()))))

@@ -103,3 +103,23 @@ def test_implied_dependencies_are_dropped():
     waits = [(st.depid, st.deps) for tb in algo.gpus[0].tbs for st in tb.steps if st.depid >= 0]
     local = next(tb.id for tb in algo.gpus[0].tbs if (tb.send, tb.recv) == (-1, -1))
     assert waits.count((local, 1)) == 2 and len(waits) == 4
+
+
+def test_lengths_measured_before_ordering_are_the_ordered_threadblocks():
+    """msccl-threadblocks measures a placement by its threadblocks' lengths once
+    ordered (nops included) without building the steps; they are the lengths of the
+    steps msccl-deps then builds."""
+    from collc.backends.msccl_xml.dependencies import order_steps, ordered_lengths
+    from collc.backends.msccl_xml.fuse import fuse
+    from collc.backends.msccl_xml.merge import merge_ops
+    from collc.backends.msccl_xml.threadblocks import assign_threadblocks
+
+    nops = 0
+    for schedule in (echo_broadcast(), ms.ring_allreduce(6), ms.random_allgather(6, 3, seed=2),
+                     ms.chain_reduce(5)):
+        fused = fuse(assign_threadblocks(merge_ops(schedule)))
+        lengths = ordered_lengths(fused)
+        ordered = order_steps(fused)
+        assert lengths == [len(tb.steps) for g in ordered.gpus for tb in g.tbs]
+        nops += sum(st.type is NOP for g in ordered.gpus for tb in g.tbs for st in tb.steps)
+    assert nops  # the echo broadcast's receive waits on two threadblocks
