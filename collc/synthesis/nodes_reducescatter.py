@@ -41,7 +41,7 @@ from typing import Callable
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, standard
-from collc.ir.schedule import Buffer, Loc, OpKind, Schedule
+from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.candidates import Result
 from collc.synthesis.network import Network
@@ -109,8 +109,10 @@ def reducescatter_over_nodes(topology: Topology, collective: Collective, size_by
         raise CollcError(f"cannot compose '{collective.name}' over nodes: a node's schedule split its chunks")
     fine = replace(standard(CollectiveKind.REDUCESCATTER, ranks, chunks), name=collective.name)
     builder = _Builder(groups, chunks)
+    received: dict[int, tuple[Op, ...]] = {}  # per node schedule (nodes alike share one)
     for n, (part,) in enumerate(parts):
-        builder.rows(n, part)
+        ops = received.setdefault(id(part.ops), received_first(part.ops))
+        builder.rows(n, replace(part, ops=ops))
     for l in range(g):
         builder.ring(l, hops[l])
     builder.check_complete()
@@ -129,6 +131,50 @@ def reducescatter_over_nodes(topology: Topology, collective: Collective, size_by
                            "chunks": chunks, "estimate_s": timeline.seconds, "over_nodes": True})
     return Result(sched, method, status, deadline.elapsed(), timeline.seconds, sched.num_steps,
                   sum(r.variables for r in node_results), sum(r.constraints for r in node_results), chunks, facts)
+
+
+def received_first(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """A node's ReduceScatter with each accumulator started by a transfer: where a GPU
+    copies its own input into an accumulator (a local op waiting for nothing) and the
+    next op into it is a transfer adding a peer's contribution that waits for that copy,
+    the transfer copies instead and a local op then adds the GPU's own input. The sums
+    are the same. In MSCCL XML a local op that waits for nothing has no threadblock with
+    peers to join, so each row's copy went to one threadblock without peers: on 64 nodes
+    71 steps there against the 64 a threadblock runs, on any number of channels
+    (backends/msccl_xml/channels.py places such ops); the local add waits for the
+    transfer and joins its receiving threadblock, which is spread over the channels."""
+    dependents: dict[int, list[int]] = {}
+    for op in ops:
+        for d in op.deps:
+            dependents.setdefault(d, []).append(op.id)
+    swap: dict[int, int] = {}  # the transfer's id -> the copy's id
+    for op in ops:
+        if op.kind is OpKind.COPY and not op.is_transfer and not op.deps and op.src.buffer is Buffer.INPUT:
+            after = dependents.get(op.id, [])
+            if len(after) == 1:
+                nxt = ops[after[0]]
+                if nxt.is_transfer and nxt.kind is OpKind.REDUCE and nxt.dst == op.dst:
+                    swap[nxt.id] = op.id
+    if not swap:
+        return ops
+    copies = set(swap.values())
+    out: list[Op] = []
+    new: dict[int, int] = {}  # old id -> the id of the op after which its value is there
+    for op in ops:
+        if op.id in copies:
+            continue
+        deps = tuple(sorted({new[d] for d in op.deps if d not in copies}))
+        if op.id in swap:
+            own = ops[swap[op.id]]
+            first = len(out)
+            out.append(Op.make(first, OpKind.COPY, op.src, op.dst, op.count, deps, op.step, op.route, op.origin))
+            out.append(Op.make(first + 1, OpKind.REDUCE, own.src, own.dst, own.count, (first,), op.step, own.route,
+                               own.origin))
+            new[op.id] = new[own.id] = first + 1
+        else:
+            new[op.id] = len(out)
+            out.append(Op.make(len(out), op.kind, op.src, op.dst, op.count, deps, op.step, op.route, op.origin))
+    return tuple(out)
 
 
 def _rail_hops(topology: Topology, groups: NodeGroups, progress: Progress) -> list[list[tuple[str, ...]]]:
