@@ -109,10 +109,12 @@ def reducescatter_over_nodes(topology: Topology, collective: Collective, size_by
         raise CollcError(f"cannot compose '{collective.name}' over nodes: a node's schedule split its chunks")
     fine = replace(standard(CollectiveKind.REDUCESCATTER, ranks, chunks), name=collective.name)
     builder = _Builder(groups, chunks)
-    received: dict[int, tuple[Op, ...]] = {}  # per node schedule (nodes alike share one)
+    variants: dict[int, list[tuple[Op, ...]]] = {}  # per node schedule (nodes alike share one)
     for n, (part,) in enumerate(parts):
-        ops = received.setdefault(id(part.ops), received_first(part.ops))
-        builder.rows(n, replace(part, ops=ops))
+        if id(part.ops) not in variants:
+            first = received_first(part.ops)
+            variants[id(part.ops)] = [own_add_after(first, k) for k in range(max(1, g - 2))]
+        builder.rows(n, [replace(part, ops=ops) for ops in variants[id(part.ops)]])
     for l in range(g):
         builder.ring(l, hops[l])
     builder.check_complete()
@@ -177,6 +179,56 @@ def received_first(ops: tuple[Op, ...]) -> tuple[Op, ...]:
     return tuple(out)
 
 
+def own_add_after(ops: tuple[Op, ...], k: int) -> tuple[Op, ...]:
+    """`received_first`'s ops with each GPU's local add of its own input moved behind the
+    k-th op after the first transfer into the accumulator (where the chain has that many
+    and more after it). The add joins the MSCCL threadblock of what it waits for, so the
+    rows, given different k, spread their adds over the receiving threadblocks of
+    several peers instead of the first one's (on 128 nodes it carried 128 adds besides
+    its 129 receives, and the placement needed 6 channels rather than 5)."""
+    if k == 0:
+        return ops
+    writers: dict[Loc, list[int]] = {}
+    for op in ops:
+        writers.setdefault(op.dst, []).append(op.id)
+    moved: dict[int, int] = {}  # the own add -> the writer it now follows
+    for chain in writers.values():
+        if (len(chain) > k + 2 and not ops[chain[1]].is_transfer and ops[chain[1]].src.buffer is Buffer.INPUT
+                and ops[chain[1]].deps == (chain[0],)):
+            moved[chain[1]] = chain[k + 1]
+    if not moved:
+        return ops
+    follows = {w: a for a, w in moved.items()}
+    # Rewiring: the op after the add now waits for the first transfer; the one after the
+    # k-th writer waits for the add instead.
+    after_add = {ops[writers[ops[a].dst][2]].id: a for a in moved}
+    after_kth = {ops[writers[ops[a].dst][writers[ops[a].dst].index(w) + 1]].id: a for a, w in moved.items()}
+    out: list[Op] = []
+    new: dict[int, int] = {}
+
+    def emit(op: Op, deps: tuple[int, ...]) -> None:
+        new[op.id] = len(out)
+        out.append(Op.make(len(out), op.kind, op.src, op.dst, op.count, tuple(sorted({new[d] for d in deps})),
+                           op.step, op.route, op.origin))
+
+    for op in ops:
+        if op.id in moved:
+            continue
+        deps = op.deps
+        if op.id in after_add:
+            add = after_add[op.id]
+            deps = tuple(ops[add].deps[0] if d == add else d for d in deps)
+        if op.id in after_kth:
+            add = after_kth[op.id]
+            deps = tuple(add if d == moved[add] else d for d in deps)
+            if add not in new:
+                emit(ops[add], (moved[add],))
+        emit(op, deps)
+        if op.id in follows and follows[op.id] not in new:
+            emit(ops[follows[op.id]], (op.id,))
+    return tuple(out)
+
+
 def _rail_hops(topology: Topology, groups: NodeGroups, progress: Progress) -> list[list[tuple[str, ...]]]:
     """Per rail, the route from each node's GPU on it to the next node's."""
     hops = []
@@ -210,13 +262,15 @@ class _Builder(OpsBuilder):
         self._scratch[rank] += slots
         return base
 
-    def rows(self, n: int, part: Part) -> None:
+    def rows(self, n: int, variants: list[Part]) -> None:
         """Step 1 at node n: the node's ReduceScatter once per row, in the order its rails
-        need the rows (`row_order`), each op's priority its row's place in that order."""
+        need the rows (`row_order`), each op's priority its row's place in that order;
+        row place p made by `variants[p % len(variants)]` (the same sums)."""
         k, rank_of = self.chunks, self.groups.ranks[n]
-        horizon = 1 + max((op.step for op in part.ops), default=0)
+        horizon = 1 + max((op.step for part in variants for op in part.ops), default=0)
         self._horizon = max(self._horizon, horizon)
         for place, m in enumerate(row_order(n, self.groups.count)):
+            part = variants[place % len(variants)]
             outputs = self.groups.ranks[m]  # local GPU x's output on this row: rank outputs[x]
             acc = [Loc(full, Buffer.OUTPUT, 0) if m == n else Loc(full, Buffer.SCRATCH, self._fresh(full, k))
                    for full in rank_of]
