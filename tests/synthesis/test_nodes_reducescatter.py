@@ -12,7 +12,7 @@ from collc.ir.collective import standard
 from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.synthesis.core import synthesize
 from collc.synthesis.nodes import node_groups, reducescatter_wins, wanted
-from collc.synthesis.nodes_reducescatter import rail_chunks_for, received_first, row_order
+from collc.synthesis.nodes_reducescatter import own_add_after, rail_chunks_for, received_first, row_order
 from collc.synthesis.options import SynthesisOptions
 from topos import dgx_h100, switch
 
@@ -100,3 +100,17 @@ def test_nodes_on_needs_nodes():
     coll = standard("reducescatter", 4, 1)
     with pytest.raises(CollcError, match="do not form two or more nodes"):
         synthesize(switch(4), coll, GIB, SynthesisOptions(progress=False, nodes="on"))
+
+
+def test_own_add_after_moves_the_add_behind_a_later_sum():
+    acc = Loc(0, Buffer.OUTPUT, 0)
+    ops = received_first((
+        Op(0, OpKind.COPY, Loc(0, Buffer.INPUT, 0), acc),
+        Op(1, OpKind.REDUCE, Loc(1, Buffer.INPUT, 0), acc, deps=(0,)),
+        Op(2, OpKind.REDUCE, Loc(2, Buffer.INPUT, 0), acc, deps=(1,)),
+        Op(3, OpKind.REDUCE, Loc(3, Buffer.INPUT, 0), acc, deps=(2,))))
+    assert own_add_after(ops, 0) == ops
+    moved = own_add_after(ops, 1)
+    # The copy from rank 1, the sum from rank 2, the own input, the sum from rank 3.
+    assert [(op.src.rank, op.deps) for op in moved] == [(1, ()), (2, (0,)), (0, (1,)), (3, (2,))]
+    assert own_add_after(ops, 2) == ops  # nothing after the last sum to put it before
