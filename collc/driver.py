@@ -18,7 +18,7 @@ from collc.analysis.simulate import simulate
 from collc.backends import BackendOptions, Library, LibraryBand, LibraryRequest, get_backend
 from collc.diagnostics import CollcError, Span
 from collc.frontend.demand import demand_request, direct_schedule
-from collc.ir.collective import Collective
+from collc.ir.collective import Collective, CollectiveKind
 from collc.ir.heap import few_collections
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
@@ -26,6 +26,7 @@ from collc.io import written_in_child
 from collc.limits import exceeded, int_limit
 from collc.passes.base import CompileUnit, PassManager, parse_pipeline
 from collc.report import Baseline, build_report
+from collc.synthesis.nodes import OverNodes
 from collc.verify import load_array_form, verify
 
 
@@ -55,12 +56,13 @@ def schedule_pipeline(job: CompileJob) -> str:
 
 
 def _capped(passes: list, max_ops: int | None, max_peers: int | None = None,
-            peer_limit: int | None = None, landings: bool = True) -> list:
+            peer_limit: int | None = None, landings: bool = True, over_nodes: bool = True) -> list:
     """The pipeline with its synthesize pass limited to `max_ops` ops, where the user set
     neither chunks nor max_ops, and to `max_peers` peers per GPU (where a GPU would
     otherwise have more than `peer_limit`), where the user did not set it (a choice the
     user made is never overridden); with `landings` False, a ReduceScatter's partial
-    sums chained."""
+    sums chained; with `over_nodes` False, the flat composition where the user left the
+    choice to `auto`."""
     out = []
     for p in passes:
         if p.name == "synthesize":
@@ -70,6 +72,8 @@ def _capped(passes: list, max_ops: int | None, max_peers: int | None = None,
                 p = replace(p, max_peers=max_peers, peer_limit=peer_limit or 0)
             if not landings:
                 p = replace(p, landings=False)
+            if not over_nodes and p.nodes == OverNodes.AUTO.value:
+                p = replace(p, nodes=OverNodes.OFF.value)
         out.append(p)
     return out
 
@@ -85,8 +89,8 @@ def _verified_later(passes: list) -> list | None:
 
 
 def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int | None = None,
-                     peer_limit: int | None = None, landings: bool = True, verified: bool = True
-                     ) -> tuple[CompileUnit, dict[str, Any] | None]:
+                     peer_limit: int | None = None, landings: bool = True, verified: bool = True,
+                     over_nodes: bool = True) -> tuple[CompileUnit, dict[str, Any] | None]:
     """Run the schedule-producing passes; return the unit and the solver's facts (if any).
     `verified` False: the default pipeline's schedule comes back unverified (the unit
     says so), for the caller to verify; any other pipeline verifies as usual."""
@@ -101,8 +105,8 @@ def produce_schedule(job: CompileJob, max_ops: int | None = None, max_peers: int
                   "status": "hand-written", "optimal": None, "epochs": None, "variables": 0, "constraints": 0}
         return unit, solver
     passes = parse_pipeline(schedule_pipeline(job), job.span)
-    if max_ops is not None or max_peers is not None or not landings:
-        passes = _capped(passes, max_ops, max_peers, peer_limit, landings)
+    if max_ops is not None or max_peers is not None or not landings or not over_nodes:
+        passes = _capped(passes, max_ops, max_peers, peer_limit, landings, over_nodes)
     later = None if verified else _verified_later(passes)
     if later is not None:
         unit = PassManager(later, verify_between=False).run(unit)
@@ -123,7 +127,8 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions,
     exceed them; while lowering hits the runtime's limits, it is asked for at most the
     backend's peers per GPU (once, where a GPU had too many peers), else for half the
     ops, or, where a ReduceScatter's landed partial sums leave no fewer ops to ask for,
-    for its sums chained (fewer steps)."""
+    for its sums chained (fewer steps); a ReduceScatter that `auto` composed over nodes
+    is asked for flat instead (halving the budget would give the same schedule)."""
     lowering = back.lowering(options)
     budget = back.op_budget(job.collective.ranks) if back.op_budget and not job.algorithm else None
     limit = _peer_limit(job, back, options) if budget is not None else None
@@ -132,11 +137,12 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions,
     landings = True  # a ReduceScatter's partial sums may land in scratch (collc.synthesis.compose)
     halved_from: float = float("inf")  # ops of the schedule refused when the op budget was last halved
     refused: list[str] = []  # why the runtime refused earlier schedules, for the report
+    over_nodes = True  # `auto` may compose a ReduceScatter over nodes
     for attempt in range(BUDGET_RETRIES + 1):
         # Lowering passes start from a verified schedule: only a backend without them
         # may leave the verification to the caller.
         unit, solver = produce_schedule(job, budget, peers, None if forced else limit, landings,
-                                        verified=verified or bool(lowering))
+                                        verified=verified or bool(lowering), over_nodes=over_nodes)
         if not lowering:
             return unit, solver
         ops = len(unit.schedule.ops)
@@ -157,6 +163,11 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions,
                     and isinstance(exc, back.peer_limit_error)):
                 peers, forced = back.peer_budget, True
                 halved_from = float("inf")
+                continue
+            if (over_nodes and job.collective.kind is CollectiveKind.REDUCESCATTER
+                    and "over_nodes" in (solver or {}) and _nodes_auto(job)):
+                # Its op count does not follow the budget: the flat composition instead.
+                over_nodes = False
                 continue
             # A halved budget that gave no fewer ops (synthesis is at its fewest chunks
             # already: AllToAll at one chunk per pair) would give the same schedule on
@@ -179,11 +190,18 @@ def schedule_for_backend(job: CompileJob, back, options: BackendOptions,
             # runtime refused the ones before it.
             solver = {**solver, "backend_max_ops": budget, "backend_max_peers": peers, "refused_by_backend": refused,
                       **({} if landings else {"backend_landings": False}),
+                      **({} if over_nodes else {"backend_over_nodes": False}),
                       **({"backend_peer_limit": limit} if limit is not None and not forced else {})}
         elif limit is not None and solver is not None:
             solver = {**solver, "backend_peer_limit": limit, "backend_max_peers": peers}
         return lowered, solver
     raise AssertionError("unreachable")
+
+
+def _nodes_auto(job: CompileJob) -> bool:
+    """Whether the job's synthesize pass leaves the composition over nodes to `auto`."""
+    return any(p.name == "synthesize" and p.nodes == OverNodes.AUTO.value
+               for p in parse_pipeline(schedule_pipeline(job), job.span))
 
 
 def _peer_limit(job: CompileJob, back, options: BackendOptions) -> int | None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from collc.driver import CompileJob, produce_schedule
 from collc.frontend import resolve_topology
-from collc.ir.collective import allgather
+from collc.ir.collective import allgather, standard
+from collc.synthesis import nodes
+from rail_topologies import quad
 
 
 def ring(n: int):
@@ -47,3 +51,16 @@ def test_a_stdlib_algorithm_is_its_own_baseline_whatever_was_computed_early():
     wrong = idle.Deferred(lambda: [])  # not asked for: the schedule is the ring baseline itself
     report = make_report(job, unit, solver, "json", [], early_baselines=wrong)
     assert report == make_report(job, unit, solver, "json", []) and report["baselines"]
+
+
+def test_a_reducescatter_refused_over_nodes_is_asked_for_flat(monkeypatch, tmp_path):
+    # The driver's retry after the lowering refuses a ReduceScatter that `auto` composed
+    # over nodes: over_nodes=False asks for the flat composition; a user's nodes=on stays.
+    monkeypatch.setattr(nodes, "reducescatter_wins", lambda n_nodes: True)
+    topology = quad(tmp_path, nodes=2, sms=32)
+    coll = standard("reducescatter", topology.num_ranks, 1)
+    job = CompileJob(topology, coll, 1 << 20, pipeline="synthesize{chunks=1}")
+    _, auto = produce_schedule(job)
+    _, flat = produce_schedule(job, over_nodes=False)
+    _, forced = produce_schedule(replace(job, pipeline="synthesize{chunks=1 nodes=on}"), over_nodes=False)
+    assert "over_nodes" in auto and "over_nodes" not in flat and "over_nodes" in forced

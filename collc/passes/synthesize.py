@@ -29,7 +29,9 @@ class Synthesize(Pass):
     tolerance: float = 0.01  # stop improving once within this fraction of the lower bound
     max_peers: int = 0  # most distinct peers per GPU where trees are replicated over identical nodes; 0: no limit
     peer_limit: int = 0  # apply max_peers only where a GPU would otherwise have more peers than this; 0: always
-    nodes: str = "auto"  # AllReduce over identical nodes: auto (where the flat composition exceeds max_ops), on, off
+    # AllReduce and ReduceScatter over identical nodes: auto (an AllReduce where the flat
+    # composition exceeds max_ops, a ReduceScatter on 24 nodes or more), on, off
+    nodes: str = "auto"
     landings: bool = True  # ReduceScatter: partial sums may land in scratch (off: chained, fewer steps)
     # off: the schedule is not verified by the pass; the pass manager verifies it after
     # the pass, or (`collc compile`, collc.driver) the driver while the output is written.

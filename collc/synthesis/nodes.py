@@ -119,11 +119,28 @@ def flat_minimum_ops(ranks: int) -> int:
     return 2 * ranks * (ranks - 1)
 
 
+# A ReduceScatter over nodes (collc.synthesis.nodes_reducescatter) loses to the bound
+# only its pipeline's fill, about this many of its rings' N - 1 steps: measured on
+# dgx_h100 at one chunk per rank, 0.57 on 8 nodes (1.081 of the bound), 0.57 on 16
+# (1.038), 0.60 on 32 (1.019), 0.64 on 64 (1.010).
+REDUCESCATTER_FILL_STEPS = 0.6
+# The flat composition's time over the bound at its best where measured: 1.029 on
+# dgx_h100(nodes=8) at 4 chunks per rank, 1.027 on 16 nodes at 2 and on 32 at one (its
+# partial sums in lanes), 1.044 on 128.
+FLAT_REDUCESCATTER_EXCESS = 0.027
+
+
+def reducescatter_wins(n_nodes: int) -> bool:
+    """Whether a ReduceScatter over `n_nodes` nodes is expected nearer its bound than the
+    flat composition: its fill's share below the flat one's excess (from 24 nodes on)."""
+    return n_nodes > 1 and REDUCESCATTER_FILL_STEPS / (n_nodes - 1) < FLAT_REDUCESCATTER_EXCESS
+
+
 def wanted(topology: Topology, collective: Collective, options: SynthesisOptions) -> NodeGroups | None:
     """The nodes to compose an AllReduce or a ReduceScatter over, or None for the flat
     composition: an AllReduce over nodes where the flat one at its best would not fit
-    the op budget; a ReduceScatter only where asked for (`nodes=on`,
-    collc.synthesis.nodes_reducescatter)."""
+    the op budget; a ReduceScatter (collc.synthesis.nodes_reducescatter) where it is
+    expected to win (`reducescatter_wins`)."""
     choice = OverNodes(options.nodes)
     if choice == OverNodes.OFF or collective.kind not in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER):
         return None
@@ -133,14 +150,11 @@ def wanted(topology: Topology, collective: Collective, options: SynthesisOptions
             raise CollcError(f"cannot compose '{collective.name}' over nodes on '{topology.name}': its GPU names "
                              "do not form two or more nodes with the same local names (as node[k].g[i] do)")
         return groups
-    if groups is None or flat_minimum_ops(collective.ranks) <= options.max_ops:
+    if groups is None:
         return None
     if collective.kind is CollectiveKind.REDUCESCATTER:
-        # Not at `auto` yet: on 1,024 GPUs its MSCCL XML needs more threadblocks than an
-        # H100 keeps resident (166 on 16 channels; on fewer, the rail ring's threadblock
-        # passes 64 steps), where the flat composition's file verifies (1.044).
-        return None
-    return groups
+        return groups if reducescatter_wins(groups.count) else None
+    return None if flat_minimum_ops(collective.ranks) <= options.max_ops else groups
 
 
 # --- sub-topologies -----------------------------------------------------------------

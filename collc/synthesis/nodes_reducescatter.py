@@ -41,7 +41,7 @@ from typing import Callable
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, standard
-from collc.ir.schedule import Buffer, Loc, OpKind, Schedule
+from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.candidates import Result
 from collc.synthesis.network import Network
@@ -109,8 +109,12 @@ def reducescatter_over_nodes(topology: Topology, collective: Collective, size_by
         raise CollcError(f"cannot compose '{collective.name}' over nodes: a node's schedule split its chunks")
     fine = replace(standard(CollectiveKind.REDUCESCATTER, ranks, chunks), name=collective.name)
     builder = _Builder(groups, chunks)
+    variants: dict[int, list[tuple[Op, ...]]] = {}  # per node schedule (nodes alike share one)
     for n, (part,) in enumerate(parts):
-        builder.rows(n, part)
+        if id(part.ops) not in variants:
+            first = received_first(part.ops)
+            variants[id(part.ops)] = [own_add_after(first, k) for k in range(max(1, g - 2))]
+        builder.rows(n, [replace(part, ops=ops) for ops in variants[id(part.ops)]])
     for l in range(g):
         builder.ring(l, hops[l])
     builder.check_complete()
@@ -129,6 +133,100 @@ def reducescatter_over_nodes(topology: Topology, collective: Collective, size_by
                            "chunks": chunks, "estimate_s": timeline.seconds, "over_nodes": True})
     return Result(sched, method, status, deadline.elapsed(), timeline.seconds, sched.num_steps,
                   sum(r.variables for r in node_results), sum(r.constraints for r in node_results), chunks, facts)
+
+
+def received_first(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """A node's ReduceScatter with each accumulator started by a transfer: where a GPU
+    copies its own input into an accumulator (a local op waiting for nothing) and the
+    next op into it is a transfer adding a peer's contribution that waits for that copy,
+    the transfer copies instead and a local op then adds the GPU's own input. The sums
+    are the same. In MSCCL XML a local op that waits for nothing has no threadblock with
+    peers to join, so each row's copy went to one threadblock without peers: on 64 nodes
+    71 steps there against the 64 a threadblock runs, on any number of channels
+    (backends/msccl_xml/channels.py places such ops); the local add waits for the
+    transfer and joins its receiving threadblock, which is spread over the channels."""
+    dependents: dict[int, list[int]] = {}
+    for op in ops:
+        for d in op.deps:
+            dependents.setdefault(d, []).append(op.id)
+    swap: dict[int, int] = {}  # the transfer's id -> the copy's id
+    for op in ops:
+        if op.kind is OpKind.COPY and not op.is_transfer and not op.deps and op.src.buffer is Buffer.INPUT:
+            after = dependents.get(op.id, [])
+            if len(after) == 1:
+                nxt = ops[after[0]]
+                if nxt.is_transfer and nxt.kind is OpKind.REDUCE and nxt.dst == op.dst:
+                    swap[nxt.id] = op.id
+    if not swap:
+        return ops
+    copies = set(swap.values())
+    out: list[Op] = []
+    new: dict[int, int] = {}  # old id -> the id of the op after which its value is there
+    for op in ops:
+        if op.id in copies:
+            continue
+        deps = tuple(sorted({new[d] for d in op.deps if d not in copies}))
+        if op.id in swap:
+            own = ops[swap[op.id]]
+            first = len(out)
+            out.append(Op.make(first, OpKind.COPY, op.src, op.dst, op.count, deps, op.step, op.route, op.origin))
+            out.append(Op.make(first + 1, OpKind.REDUCE, own.src, own.dst, own.count, (first,), op.step, own.route,
+                               own.origin))
+            new[op.id] = new[own.id] = first + 1
+        else:
+            new[op.id] = len(out)
+            out.append(Op.make(len(out), op.kind, op.src, op.dst, op.count, deps, op.step, op.route, op.origin))
+    return tuple(out)
+
+
+def own_add_after(ops: tuple[Op, ...], k: int) -> tuple[Op, ...]:
+    """`received_first`'s ops with each GPU's local add of its own input moved behind the
+    k-th op after the first transfer into the accumulator (where the chain has that many
+    and more after it). The add joins the MSCCL threadblock of what it waits for, so the
+    rows, given different k, spread their adds over the receiving threadblocks of
+    several peers instead of the first one's (on 128 nodes it carried 128 adds besides
+    its 129 receives, and the placement needed 6 channels rather than 5)."""
+    if k == 0:
+        return ops
+    writers: dict[Loc, list[int]] = {}
+    for op in ops:
+        writers.setdefault(op.dst, []).append(op.id)
+    moved: dict[int, int] = {}  # the own add -> the writer it now follows
+    for chain in writers.values():
+        if (len(chain) > k + 2 and not ops[chain[1]].is_transfer and ops[chain[1]].src.buffer is Buffer.INPUT
+                and ops[chain[1]].deps == (chain[0],)):
+            moved[chain[1]] = chain[k + 1]
+    if not moved:
+        return ops
+    follows = {w: a for a, w in moved.items()}
+    # Rewiring: the op after the add now waits for the first transfer; the one after the
+    # k-th writer waits for the add instead.
+    after_add = {ops[writers[ops[a].dst][2]].id: a for a in moved}
+    after_kth = {ops[writers[ops[a].dst][writers[ops[a].dst].index(w) + 1]].id: a for a, w in moved.items()}
+    out: list[Op] = []
+    new: dict[int, int] = {}
+
+    def emit(op: Op, deps: tuple[int, ...]) -> None:
+        new[op.id] = len(out)
+        out.append(Op.make(len(out), op.kind, op.src, op.dst, op.count, tuple(sorted({new[d] for d in deps})),
+                           op.step, op.route, op.origin))
+
+    for op in ops:
+        if op.id in moved:
+            continue
+        deps = op.deps
+        if op.id in after_add:
+            add = after_add[op.id]
+            deps = tuple(ops[add].deps[0] if d == add else d for d in deps)
+        if op.id in after_kth:
+            add = after_kth[op.id]
+            deps = tuple(add if d == moved[add] else d for d in deps)
+            if add not in new:
+                emit(ops[add], (moved[add],))
+        emit(op, deps)
+        if op.id in follows and follows[op.id] not in new:
+            emit(ops[follows[op.id]], (op.id,))
+    return tuple(out)
 
 
 def _rail_hops(topology: Topology, groups: NodeGroups, progress: Progress) -> list[list[tuple[str, ...]]]:
@@ -164,13 +262,15 @@ class _Builder(OpsBuilder):
         self._scratch[rank] += slots
         return base
 
-    def rows(self, n: int, part: Part) -> None:
+    def rows(self, n: int, variants: list[Part]) -> None:
         """Step 1 at node n: the node's ReduceScatter once per row, in the order its rails
-        need the rows (`row_order`), each op's priority its row's place in that order."""
+        need the rows (`row_order`), each op's priority its row's place in that order;
+        row place p made by `variants[p % len(variants)]` (the same sums)."""
         k, rank_of = self.chunks, self.groups.ranks[n]
-        horizon = 1 + max((op.step for op in part.ops), default=0)
+        horizon = 1 + max((op.step for part in variants for op in part.ops), default=0)
         self._horizon = max(self._horizon, horizon)
         for place, m in enumerate(row_order(n, self.groups.count)):
+            part = variants[place % len(variants)]
             outputs = self.groups.ranks[m]  # local GPU x's output on this row: rank outputs[x]
             acc = [Loc(full, Buffer.OUTPUT, 0) if m == n else Loc(full, Buffer.SCRATCH, self._fresh(full, k))
                    for full in rank_of]

@@ -44,8 +44,8 @@ class SynthesisOptions:
     # only where a GPU would otherwise have more than peer_limit (0: always).
     max_peers: int = 0
     peer_limit: int = 0
-    # AllReduce over identical nodes (collc.synthesis.nodes): "auto" where the flat
-    # composition cannot keep to max_ops, "on", "off".
+    # AllReduce and ReduceScatter over identical nodes (collc.synthesis.nodes): "auto"
+    # (collc.synthesis.nodes.wanted), "on", "off".
     nodes: str = "auto"
     # A ReduceScatter's partial sums after the first into one rank may land in scratch
     # (collc.synthesis.compose); off, they are chained (fewer ops and MSCCL XML steps).

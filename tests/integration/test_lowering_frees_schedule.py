@@ -20,8 +20,9 @@ def test_the_schedule_before_merging_is_freed_during_the_lowering(monkeypatch):
     alive_at_deps: list[bool] = []
     produce = driver.produce_schedule
 
-    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True, verified=True):
-        unit, solver = produce(job, max_ops, max_peers, peer_limit, landings, verified)
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True, verified=True,
+                  over_nodes=True):
+        unit, solver = produce(job, max_ops, max_peers, peer_limit, landings, verified, over_nodes)
         produced.append(weakref.ref(unit.schedule))
         return unit, solver
 

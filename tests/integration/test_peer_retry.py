@@ -12,6 +12,8 @@ from collc.backends import BackendOptions, get_backend
 from collc.backends.msccl_xml.limits import LimitError, PeerLimitError
 from collc.ir.schedule import OpKind, rank_peers
 from collc.passes.base import CompileUnit, Pass, register_pass
+from collc.synthesis import nodes
+from rail_topologies import quad
 
 PEERS = 8
 
@@ -44,10 +46,12 @@ def asked(monkeypatch) -> list[tuple[int | None, ...]]:
     calls: list[tuple[int | None, ...]] = []
     produce = driver.produce_schedule
 
-    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True, verified=True):
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True, verified=True,
+                  over_nodes=True):
         call = (max_ops, max_peers) if peer_limit is None else (max_ops, max_peers, peer_limit)
-        calls.append(call if landings else (*call, "chained"))
-        return produce(job, max_ops, max_peers, peer_limit, landings, verified)
+        call = call if landings else (*call, "chained")
+        calls.append(call if over_nodes else (*call, "flat"))
+        return produce(job, max_ops, max_peers, peer_limit, landings, verified, over_nodes)
 
     monkeypatch.setattr(driver, "produce_schedule", recording)
     return calls
@@ -80,6 +84,34 @@ def test_landings_refused_at_one_chunk_asks_for_chained_partial_sums(asked):
     assert not any(op.is_transfer and op.kind is OpKind.COPY for op in unit.schedule.ops)
     assert solver["refused_by_backend"] == ["too many steps"] and solver["backend_landings"] is False
     assert "landings" not in solver
+
+
+@register_pass
+@dataclass(frozen=True)
+class _RefuseOverNodes(Pass):
+    """A stand-in for a runtime that cannot place a schedule composed over nodes."""
+
+    name = "test-refuse-over-nodes"
+    summary = "fail on a schedule composed over nodes (tests)"
+
+    def run(self, unit: CompileUnit) -> CompileUnit:
+        if unit.schedule.meta.get("over_nodes"):
+            raise LimitError("too many threadblocks")
+        return unit
+
+
+def test_a_reducescatter_refused_over_nodes_is_asked_for_flat(asked, monkeypatch, tmp_path):
+    # The composition over nodes does not follow the op budget: halving it would give
+    # the same schedule, so the flat composition is asked for at once.
+    monkeypatch.setattr(nodes, "reducescatter_wins", lambda n_nodes: True)
+    topo = quad(tmp_path, nodes=2, sms=32)
+    job = driver.CompileJob(topo, frontend.resolve_collective("reducescatter", topo.num_ranks), 1 << 20,
+                            pipeline="synthesize{chunks=1}")
+    back = replace(get_backend("msccl-xml"), lowering=lambda options: "test-refuse-over-nodes")
+    unit, solver = driver.schedule_for_backend(job, back, BackendOptions())
+    assert asked == [(8192, None), (8192, None, "flat")]
+    assert not unit.schedule.meta.get("over_nodes") and "over_nodes" not in solver
+    assert solver["refused_by_backend"] == ["too many threadblocks"] and solver["backend_over_nodes"] is False
 
 
 def _job(nodes: int) -> driver.CompileJob:
@@ -162,8 +194,9 @@ def test_halving_stops_once_it_no_longer_gives_fewer_ops(monkeypatch):
     chunks: list[int] = []
     produce = driver.produce_schedule
 
-    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True, verified=True):
-        unit, solver = produce(job, max_ops, max_peers, peer_limit, landings, verified)
+    def recording(job, max_ops=None, max_peers=None, peer_limit=None, landings=True, verified=True,
+                  over_nodes=True):
+        unit, solver = produce(job, max_ops, max_peers, peer_limit, landings, verified, over_nodes)
         sizes.append(len(unit.schedule.ops))
         chunks.append(solver["chunks"])
         return unit, solver
