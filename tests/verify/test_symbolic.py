@@ -211,24 +211,30 @@ def test_verify_runs_the_check_at_every_call(monkeypatch):
         verify(replace(sched, ops=sched.ops[:-1]), topo)
 
 
+def _random_dag(rng: random.Random, most: int):
+    """A random dependency DAG of 2..most copy ops (up to 3 dependencies each, pointing
+    back): (n, each op's dependencies, the ops, each op's ancestors)."""
+    n = rng.randint(2, most)
+    deps = [tuple(sorted(rng.sample(range(i), min(i, rng.randint(0, 3))))) for i in range(n)]
+    ops = tuple(Op(i, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=deps[i])
+                for i in range(n))
+    ancestors: list[set[int]] = []
+    for i in range(n):
+        ancestors.append(set(deps[i]).union(*(ancestors[d] for d in deps[i])))
+    return n, deps, ops, ancestors
+
+
 def test_one_search_finds_exactly_the_ancestors_among_the_candidates():
     """The race check's batched search (pruned by list position and level) against
     plain reachability, on random dependency DAGs."""
     for seed in range(30):
         rng = random.Random(seed)
-        n = rng.randint(2, 40)
-        deps = [tuple(sorted(rng.sample(range(i), min(i, rng.randint(0, 3))))) for i in range(n)]
-        ops = tuple(Op(i, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=deps[i])
-                    for i in range(n))
-        ancestors: list[set[int]] = []
-        for i in range(n):
-            ancestors.append(set(deps[i]).union(*(ancestors[d] for d in deps[i])))
+        n, deps, ops, ancestors = _random_dag(rng, 40)
         order = _Order(ops)
         for b in range(n):
             candidates = rng.sample(range(n), rng.randint(0, min(n, 6)))
             assert order.ancestors_among(b, candidates) == ancestors[b] & set(candidates)
             assert all(order.before(a, b) == (a in ancestors[b]) for a in candidates)
-
 
 
 def test_chains_answer_only_what_the_dag_says():
@@ -237,13 +243,7 @@ def test_chains_answer_only_what_the_dag_says():
     them the race check's search finds exactly the ancestors among the candidates."""
     for seed in range(30):
         rng = random.Random(seed)
-        n = rng.randint(2, 60)
-        deps = [tuple(sorted(rng.sample(range(i), min(i, rng.randint(0, 3))))) for i in range(n)]
-        ops = tuple(Op(i, OpKind.COPY, Loc(0, Buffer.INPUT, 0), Loc(0, Buffer.OUTPUT, 0), deps=deps[i])
-                    for i in range(n))
-        ancestors: list[set[int]] = []
-        for i in range(n):
-            ancestors.append(set(deps[i]).union(*(ancestors[d] for d in deps[i])))
+        n, deps, ops, ancestors = _random_dag(rng, 60)
         order = _Order(ops)
         for i in range(n):
             order.follows(i, rng.choice(deps[i]) if deps[i] and rng.random() < 0.9 else None)
