@@ -28,5 +28,7 @@ atexit.register(shutil.rmtree, _CACHE, True)
 def pytest_collection_modifyitems(config, items):
     """Tests that start a Dask cluster in this process run last: Dask leaves threads
     behind, and the NCCL log reader never forks while other threads run, so its
-    parallel-read tests would be skipped after them (tests/traces/nccl_log)."""
+    parallel-read tests would be skipped after them (tests/traces/nccl_log). With
+    worker processes (pytest-xdist) the tests are handed out in this order, so each
+    worker runs its Dask tests last."""
     items.sort(key=lambda item: item.get_closest_marker("dask") is not None)
