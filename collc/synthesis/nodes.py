@@ -257,23 +257,32 @@ def compose_over_nodes(topology: Topology, collective: Collective, size_bytes: i
     done = builder.reductions(groups, parts, reduce_batches, slots)
     final_ops = builder.rails(groups, rails, reduce_batches, slots, done, rail_places)
     builder.gathers(groups, parts, gather_batches, slots, final_ops)
-    progress.stage(f"allreduce over nodes: list-scheduling {len(builder.ops):,} ops")
+    over_nodes = {"nodes": n_nodes, "gpus_per_node": g, "rail": RING_METHOD, "rail_chunks": rail_chunks,
+                  "batches": max(map(len, reduce_batches)), "gather_batches": max(map(len, gather_batches)),
+                  "rail_ops": builder.rail_ops, "node_ops": len(builder.ops) - builder.rail_ops}
+    return composed_result("allreduce", builder, topology, collective, fine, size_bytes, options, node_results,
+                           RING_METHOD, over_nodes, deadline, progress)
+
+
+def composed_result(kind: str, builder: OpsBuilder, topology: Topology, collective: Collective,
+                    fine: Collective, size_bytes: int, options: SynthesisOptions, node_results: Sequence[Result],
+                    rail_method: str, over_nodes: dict, deadline: Deadline, progress: Progress) -> Result:
+    """A composition over nodes as the pass's result: the builder's ops list-scheduled on
+    the whole cluster, `fine` (the collective at the rails' chunks) as its collective,
+    `over_nodes` (the composition's shape) among the facts."""
+    progress.stage(f"{kind} over nodes: list-scheduling {len(builder.ops):,} ops")
     timeline = sequence(builder.ops, Network(topology), fine.slot_bytes(size_bytes), options.timing)
     # The rings are a heuristic: the whole is at best feasible, never proven optimal.
     status = combined_status([Status.FEASIBLE, *(r.status for r in node_results)])
-    method = f"{node_results[0].method}+{RING_METHOD}"
-    facts = {"composed_from": "allgather",
-             "over_nodes": {"nodes": n_nodes, "gpus_per_node": g, "rail": RING_METHOD, "rail_chunks": rail_chunks,
-                            "batches": max(map(len, reduce_batches)),
-                            "gather_batches": max(map(len, gather_batches)), "rail_ops": builder.rail_ops,
-                            "node_ops": len(builder.ops) - builder.rail_ops}}
+    method = f"{node_results[0].method}+{rail_method}"
+    facts = {"composed_from": "allgather", "over_nodes": over_nodes}
     scratch = builder.scratch
     sched = Schedule(name=f"{collective.name}-over-nodes", collective=fine, topology=topology.name,
                      ops=timeline.ops, scratch=scratch if any(scratch) else (),
                      meta={"synthesized_by": "collc.synthesize", "method": method, "status": status.value,
-                           "chunks": rail_chunks, "estimate_s": timeline.seconds, "over_nodes": True})
+                           "chunks": fine.chunks, "estimate_s": timeline.seconds, "over_nodes": True})
     return Result(sched, method, status, deadline.elapsed(), timeline.seconds, sched.num_steps,
-                  sum(r.variables for r in node_results), sum(r.constraints for r in node_results), rail_chunks,
+                  sum(r.variables for r in node_results), sum(r.constraints for r in node_results), fine.chunks,
                   facts)
 
 

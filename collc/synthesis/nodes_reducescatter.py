@@ -41,18 +41,16 @@ from typing import Callable
 
 from collc.diagnostics import CollcError
 from collc.ir.collective import Collective, CollectiveKind, standard
-from collc.ir.schedule import Buffer, Loc, Op, OpKind, Schedule
+from collc.ir.schedule import Buffer, Loc, Op, OpKind
 from collc.ir.topology import Topology
 from collc.synthesis.candidates import Result
-from collc.synthesis.network import Network
-from collc.synthesis.nodes import NodeGroups, OpsBuilder, OverNodes, Part, node_schedules, sub_topology
+from collc.synthesis.nodes import (NodeGroups, OpsBuilder, OverNodes, Part, composed_result, node_schedules,
+                                   sub_topology)
 from collc.synthesis.options import SynthesisOptions
-from collc.synthesis.plan import Status, combined_status
 from collc.synthesis.progress import Progress
 from collc.synthesis.rail_ring import ring_routes
 from collc.synthesis.signals import MethodDoesNotFit, NoRing, NotOverNodes
 from collc.synthesis.solver import Deadline
-from collc.synthesis.timing import sequence
 
 METHOD = "ring-reducescatter"
 
@@ -118,21 +116,10 @@ def reducescatter_over_nodes(topology: Topology, collective: Collective, size_by
     for l in range(g):
         builder.ring(l, hops[l])
     builder.check_complete()
-    progress.stage(f"reducescatter over nodes: list-scheduling {len(builder.ops):,} ops")
-    timeline = sequence(builder.ops, Network(topology), fine.slot_bytes(size_bytes), options.timing)
-    # The rings are a heuristic: the whole is at best feasible, never proven optimal.
-    status = combined_status([Status.FEASIBLE, *(r.status for r in node_results)])
-    method = f"{node_results[0].method}+{METHOD}"
-    facts = {"composed_from": "allgather",
-             "over_nodes": {"nodes": n_nodes, "gpus_per_node": g, "rail": METHOD, "rail_chunks": chunks,
-                            "rail_ops": builder.rail_ops, "node_ops": len(builder.ops) - builder.rail_ops}}
-    scratch = builder.scratch
-    sched = Schedule(name=f"{collective.name}-over-nodes", collective=fine, topology=topology.name,
-                     ops=timeline.ops, scratch=scratch if any(scratch) else (),
-                     meta={"synthesized_by": "collc.synthesize", "method": method, "status": status.value,
-                           "chunks": chunks, "estimate_s": timeline.seconds, "over_nodes": True})
-    return Result(sched, method, status, deadline.elapsed(), timeline.seconds, sched.num_steps,
-                  sum(r.variables for r in node_results), sum(r.constraints for r in node_results), chunks, facts)
+    over_nodes = {"nodes": n_nodes, "gpus_per_node": g, "rail": METHOD, "rail_chunks": chunks,
+                  "rail_ops": builder.rail_ops, "node_ops": len(builder.ops) - builder.rail_ops}
+    return composed_result("reducescatter", builder, topology, collective, fine, size_bytes, options, node_results,
+                           METHOD, over_nodes, deadline, progress)
 
 
 def received_first(ops: tuple[Op, ...]) -> tuple[Op, ...]:
