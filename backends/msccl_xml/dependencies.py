@@ -92,10 +92,26 @@ def _ordering(program: Program) -> _Ordering:
     """Every step numbered and the waits between threadblocks decided: what fixes each
     threadblock's length (`ordered_lengths`), kept so that `order_steps` of the same
     program builds its steps from it."""
+    ordering = _ordering_within(program, None)
+    assert ordering is not None  # nothing to give up without a limit
+    return ordering
+
+
+def _ordering_within(program: Program, max_steps: int | None) -> _Ordering | None:
+    """`_ordering`, or None as soon as some threadblock is known to get more than
+    `max_steps` steps, nops included (None: never give up)."""
     # Threadblock ids are positions in each GPU's list (msccl-threadblocks numbers them so).
     layout = _Layout(program)
+    if max_steps is not None and layout.steps and int(np.diff([*layout.tb_start, layout.steps]).max()) > max_steps:
+        return None
     needs = _cross_needs(program, layout)
-    waits = _waits(program, layout, needs)
+    # Chaining (below) takes nops away again; only where it cannot happen does a
+    # threadblock's count of nops so far bound its final length from below.
+    room = max_steps if max_steps is not None and _most_xml_nodes_bound(program, layout, needs) <= MAX_XML_NODES \
+        else None
+    waits = _waits(program, layout, needs, room)
+    if waits is None:
+        return None
     if _most_xml_nodes(program, layout, waits) > MAX_XML_NODES:
         _chain_waits(layout, waits)
     return _Ordering(layout, waits)
@@ -106,7 +122,24 @@ def ordered_lengths(program: Program) -> list[int]:
     numbered them, nop steps included, without building them: msccl-threadblocks
     measures every placement it tries, and most are given up (the steps are built only
     for the one kept, when msccl-deps asks)."""
-    layout, waits = _ordering(program)
+    return _lengths(_ordering(program))
+
+
+def ordered_lengths_within(program: Program, max_steps: int) -> list[int] | None:
+    """`ordered_lengths`, or None as soon as some threadblock is known to get more than
+    `max_steps` steps: a placement that does not fit is given up without ordering the
+    rest of it (at 1,024 GPUs a spread placement tried first takes a tenth of the
+    compile to order in full). Where the lengths are returned, `order_steps` of the same
+    program reuses the work."""
+    ordering = _ordering_within(program, max_steps)
+    if ordering is None:
+        return None
+    _ordering.remember(program, ordering)
+    return _lengths(ordering)
+
+
+def _lengths(ordering: _Ordering) -> list[int]:
+    layout, waits = ordering
     lengths = np.diff(np.asarray([*layout.tb_start, layout.steps], dtype=np.int64))
     if waits:
         waiting = np.fromiter(waits, np.int64, len(waits))
@@ -193,9 +226,11 @@ def _cross_needs(program: Program, layout: _Layout) -> _Needs:
     return _Needs(hs[starts], np.r_[starts, len(hs)], np.asarray(layout.tb_start, dtype=np.int64)[tp] + pi)
 
 
-def _waits(program: Program, layout: _Layout, needs: _Needs) -> dict[int, list[int]]:
+def _waits(program: Program, layout: _Layout, needs: _Needs, max_steps: int | None = None) -> dict[int, list[int]] | None:
     """Per step (global number) that waits: the steps (global numbers) it waits for,
-    in threadblock order, redundant waits dropped (see the module's docstring).
+    in threadblock order, redundant waits dropped (see the module's docstring); None as
+    soon as a threadblock's steps and the nops its waits so far add pass `max_steps`
+    (None: no limit).
 
     What is known complete once a step is done: per threadblock of its GPU, its last
     step known done (-1: none); an array (a GPU may have a hundred threadblocks, and
@@ -223,6 +258,9 @@ def _waits(program: Program, layout: _Layout, needs: _Needs) -> dict[int, list[i
     may_wait_for = bytes(may.view(np.uint8))
     targets_of = needs.targets.tolist()
     local, gpu_of_tb = layout.local_tb.tolist(), layout.gpu_of_tb.tolist()
+    # Per threadblock, the nops it may still take within `max_steps`.
+    room = (max_steps - np.diff(np.asarray([*layout.tb_start, layout.steps], dtype=np.int64))).tolist() \
+        if max_steps is not None else None
     current: dict[int, np.ndarray] = {}
     kept: dict[int, np.ndarray] = {}
     waits: dict[int, list[int]] = {}
@@ -247,6 +285,10 @@ def _waits(program: Program, layout: _Layout, needs: _Needs) -> dict[int, list[i
                 mine.sort(key=lambda w: (local[tb_of_step[w]], index[w]))
                 waits[s] = mine
                 current[t] = known
+                if room is not None:
+                    room[t] -= len(mine) - 1
+                    if room[t] < 0:
+                        return None
         if may_wait_for[s]:
             known[local[t]] = index[s]
             kept[s] = known.copy()
@@ -266,6 +308,18 @@ def _most_xml_nodes(program: Program, layout: _Layout, waits: dict[int, list[int
     per_gpu += np.asarray(layout.tbs_per_gpu, dtype=np.int64)
     for s, ws in waits.items():
         per_gpu[layout.gpu_of_tb[layout.tb_of_step[s]]] += len(ws) - 1
+    return 1 + len(program.gpus) + int(per_gpu.max(initial=0))
+
+
+def _most_xml_nodes_bound(program: Program, layout: _Layout, needs: _Needs) -> int:
+    """At least `_most_xml_nodes` of any waits `_waits` can decide: each step that must
+    follow steps of k other threadblocks waits for at most k of them."""
+    per_gpu = np.bincount(layout.gpu_of_tb[layout.tb_of_step], minlength=len(program.gpus))
+    per_gpu += np.asarray(layout.tbs_per_gpu, dtype=np.int64)
+    if len(needs.steps):
+        nops = np.diff(needs.bounds) - 1
+        per_gpu += np.bincount(layout.gpu_of_tb[layout.tb_of_step[needs.steps]], weights=nops,
+                               minlength=len(program.gpus)).astype(np.int64)
     return 1 + len(program.gpus) + int(per_gpu.max(initial=0))
 
 

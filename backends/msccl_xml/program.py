@@ -412,6 +412,12 @@ def remember_last(fn: Callable[[Program], Program]) -> Callable[[Program], Progr
             last[0], last[1] = weakref.ref(program, forget), result
         return last[1]
 
+    def remember(program: Program, result) -> None:
+        """Keep `result` as what the call on `program` would return (it was computed
+        another way, e.g. by a variant that may give up early and did not)."""
+        last[0], last[1] = weakref.ref(program, forget), result
+
+    wrapper.remember = remember  # type: ignore[attr-defined]
     return wrapper
 
 

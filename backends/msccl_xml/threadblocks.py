@@ -10,6 +10,7 @@ the fused threadblocks, nop steps included, fit `max_steps`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -19,7 +20,7 @@ from collc.backends.msccl_xml.channels import (
     MAX_CHANNELS, MAX_TBS_PER_CHANNEL, PlanCache, TbPlan, channel_counts, check_counts, plan_compact,
     plan_threadblocks,
 )
-from collc.backends.msccl_xml.dependencies import ordered_lengths
+from collc.backends.msccl_xml.dependencies import ordered_lengths, ordered_lengths_within
 from collc.backends.msccl_xml.fuse import fuse
 from collc.backends.msccl_xml.halves import split_schedule
 from collc.backends.msccl_xml.program import (
@@ -61,7 +62,9 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
                          f"{resident_threadblocks(sms)} resident threadblocks; {why}. Use a schedule with fewer "
                          "peers per GPU or fewer chunks per rank, or fewer instances")
     tries = channel_counts(split.arrays, instances, channels, max_steps)
-    best: tuple[int, str] | None = None  # (steps, where) of the least bad attempt
+    # (steps, where) of each attempt that did not fit, in order; None for one given up
+    # as soon as a threadblock passed max_steps (measured in full only for a message).
+    missed: list[tuple[int, tuple[int, str] | None]] = []
     crowded: str | None = None  # why the last channel count tried had too many threadblocks
     cache: PlanCache | None = None
     matchings: dict = {}  # kept across caches (see `_matching`)
@@ -78,8 +81,7 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
                 crowded = f"with {c} channel(s) per instance {excess}"
                 break
         if plan.least_steps > max_steps:
-            if best is None or plan.least_steps < best[0]:
-                best = (plan.least_steps, plan.longest)
+            missed.append((c, (plan.least_steps, plan.longest)))
             continue
         place_array = cache.place_array
         # The planning's arrays and chains (about 800 MiB at 1,024 GPUs) are freed while
@@ -88,11 +90,14 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         program = _program(schedule, split, plan, place_array, instances, inplace)
         # Fusing and dependencies decide the final length of each threadblock; both are
         # deterministic, so the passes that follow reproduce exactly what is measured here.
-        steps, where = _longest(fuse(program))
+        measured = _longest_within(fuse(program), max_steps)
+        if measured is None:
+            missed.append((c, None))
+            continue
+        steps, where = measured
         if steps <= max_steps:
             return program
-        if best is None or steps < best[0]:
-            best = (steps, where)
+        missed.append((c, measured))
     if crowded is not None and not channels:
         # Spread over channels, the connections of a GPU with many peers each took a
         # threadblock per channel: pack them instead.
@@ -102,6 +107,9 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         if program is not None:
             return program
         crowded = f"{crowded}; {why}"
+    # Only a refusal is left: its message names the least bad attempt.
+    best = _least_bad(missed, lambda c: _measure_spread(split, coll.ranks, instances, c, max_steps, schedule,
+                                                         inplace, matchings))
     if crowded is not None:
         steps_note = f"; with fewer channels {best[1]} gets {best[0]} steps (max_steps={max_steps})" if best else ""
         raise LimitError(f"msccl-threadblocks: {crowded}{steps_note}. Use fewer chunks per rank, fewer "
@@ -119,6 +127,27 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
     raise LimitError(f"msccl-threadblocks: even over {tries[-1]} channels {where} gets {steps} steps, more than "
                      f"max_steps={max_steps}; raise max_steps if the runtime allows more (the older MSCCL runtime "
                      "runs 256), or use fewer chunks per rank or fewer instances")
+
+
+def _least_bad(missed: list[tuple[int, tuple[int, str] | None]],
+               measure: Callable[[int], tuple[int, str]]) -> tuple[int, str] | None:
+    """The (steps, where) of the first attempt with the fewest steps, `measure`-ing in
+    full the channel counts given up early (only for the message of a refusal)."""
+    best: tuple[int, str] | None = None
+    for c, measured in missed:
+        steps, where = measured if measured is not None else measure(c)
+        if best is None or steps < best[0]:
+            best = (steps, where)
+    return best
+
+
+def _measure_spread(split, ranks: int, instances: int, c: int, max_steps: int, schedule: Schedule, inplace: bool,
+                    matchings: dict) -> tuple[int, str]:
+    """The longest threadblock of the spread placement on `c` channels, measured in full."""
+    cache = PlanCache(split.halves, split.candidates, split.places, split.arrays, matchings)
+    plan = plan_threadblocks(split.halves, split.preds, ranks, instances, c, max_steps, split.candidates, cache)
+    assert plan is not None  # it was placed before
+    return _longest(fuse(_program(schedule, split, plan, cache.place_array, instances, inplace)))
 
 
 def _spread_estimate(arrays, peers: int, max_steps: int) -> int:
@@ -179,9 +208,11 @@ def _compact(schedule: Schedule, split, cache: PlanCache, instances: int, inplac
             if sms and threadblock_excess(most, sms) is not None:
                 return None, f"packed on {c} channel(s), GPU {rank} still needs {most}"
             program = _program(schedule, split, plan, cache.place_array, instances, inplace)
-            steps, where = _longest(fuse(program))
-            if steps <= max_steps:
+            measured = _longest_within(fuse(program), max_steps)
+            if measured is not None and measured[0] <= max_steps:
                 return program, ""
+            # Given up early, the attempt is measured in full only if its message is needed.
+            steps, where = measured if measured is not None else _longest(fuse(program))
             why = f"packed on {c} channel(s), {where} gets {steps} steps (max_steps={max_steps})"
             break
         else:
@@ -212,7 +243,16 @@ def _check_peers(schedule: Schedule, instances: int, sms: int) -> int:
 def _longest(fused: Program) -> tuple[int, str]:
     """The steps of the fused program's longest threadblock once ordered (nops
     included; the first of the highest rank among equals), and where it is."""
-    lengths = ordered_lengths(fused)
+    return _longest_of(fused, ordered_lengths(fused))
+
+
+def _longest_within(fused: Program, max_steps: int) -> tuple[int, str] | None:
+    """`_longest`, or None as soon as some threadblock is known to pass `max_steps`."""
+    lengths = ordered_lengths_within(fused, max_steps)
+    return None if lengths is None else _longest_of(fused, lengths)
+
+
+def _longest_of(fused: Program, lengths: list[int]) -> tuple[int, str]:
     where = [(g.rank, tb) for g in fused.gpus for tb in g.tbs]
     k = max(range(len(where)), key=lambda k: (lengths[k], where[k][0]))
     (g, tb), steps = where[k], lengths[k]

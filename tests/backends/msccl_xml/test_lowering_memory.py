@@ -149,15 +149,15 @@ def test_a_plan_refused_after_measuring_rebuilds_its_planning(monkeypatch):
         return real_cache(*args, **kwargs)
 
     measured = []
-    real_longest = threadblocks._longest
+    real_longest = threadblocks._longest_within
 
-    def too_long_once(program):
-        steps, where = real_longest(program)
+    def too_long_once(program, max_steps):
+        steps, where = real_longest(program, max_steps)
         measured.append(program.nchannels)
         return (10 ** 6, where) if len(measured) == 1 else (steps, where)
 
     monkeypatch.setattr(threadblocks, "PlanCache", counting_cache)
-    monkeypatch.setattr(threadblocks, "_longest", too_long_once)
+    monkeypatch.setattr(threadblocks, "_longest_within", too_long_once)
     program = assign_threadblocks(schedule)
     assert len(built) == 2 and measured == [1, 2]
     monkeypatch.undo()
