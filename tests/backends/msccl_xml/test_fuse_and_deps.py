@@ -123,3 +123,22 @@ def test_lengths_measured_before_ordering_are_the_ordered_threadblocks():
         assert lengths == [len(tb.steps) for g in ordered.gpus for tb in g.tbs]
         nops += sum(st.type is NOP for g in ordered.gpus for tb in g.tbs for st in tb.steps)
     assert nops  # the echo broadcast's receive waits on two threadblocks
+
+
+def test_lengths_within_a_limit_give_up_only_past_it():
+    """A placement measured against max_steps: the same lengths where every
+    threadblock keeps within it (and msccl-deps reuses that ordering), None as soon
+    as one passes it, at any limit below the longest."""
+    from collc.backends.msccl_xml.dependencies import order_steps, ordered_lengths, ordered_lengths_within
+    from collc.backends.msccl_xml.fuse import fuse
+    from collc.backends.msccl_xml.merge import merge_ops
+    from collc.backends.msccl_xml.threadblocks import assign_threadblocks
+
+    for schedule in (echo_broadcast(), ms.ring_allreduce(6), ms.random_allgather(6, 3, seed=2)):
+        lengths = ordered_lengths(fuse(assign_threadblocks(merge_ops(schedule))))
+        fused = fuse(assign_threadblocks(merge_ops(schedule)))
+        assert ordered_lengths_within(fused, max(lengths)) == lengths
+        assert [len(tb.steps) for g in order_steps(fused).gpus for tb in g.tbs] == lengths
+        assert ordered_lengths_within(fuse(assign_threadblocks(merge_ops(schedule))), max(lengths) - 1) is None
+        for limit in range(1, max(lengths) - 1):
+            assert ordered_lengths_within(fuse(assign_threadblocks(merge_ops(schedule))), limit) is None
