@@ -198,7 +198,9 @@ def _compact(schedule: Schedule, split, cache: PlanCache, instances: int, inplac
     they are paired in shrinks by a third, and channels grow only as the slices need."""
     coll = schedule.collective
     room = max_steps
-    why = "no packed placement keeps within the channels"
+    # Why not, or the (channels, room) of the last placement given up as soon as a
+    # threadblock passed max_steps: measured in full only if the message is needed.
+    why: str | tuple[int, int] = "no packed placement keeps within the channels"
     while True:
         for c in range(1, MAX_CHANNELS // instances + 1):
             plan = plan_compact(split.halves, split.preds, coll.ranks, instances, c, max(1, room // 2), room, cache)
@@ -211,15 +213,31 @@ def _compact(schedule: Schedule, split, cache: PlanCache, instances: int, inplac
             measured = _longest_within(fuse(program), max_steps)
             if measured is not None and measured[0] <= max_steps:
                 return program, ""
-            # Given up early, the attempt is measured in full only if its message is needed.
-            steps, where = measured if measured is not None else _longest(fuse(program))
-            why = f"packed on {c} channel(s), {where} gets {steps} steps (max_steps={max_steps})"
+            why = (c, room) if measured is None else _too_long(c, *measured, max_steps)
             break
         else:
-            return None, why
+            return None, _compact_why(why, schedule, split, cache, instances, inplace, max_steps)
         if room <= 2:
-            return None, why
+            return None, _compact_why(why, schedule, split, cache, instances, inplace, max_steps)
         room = max(2, room * 2 // 3)
+
+
+def _too_long(c: int, steps: int, where: str, max_steps: int) -> str:
+    return f"packed on {c} channel(s), {where} gets {steps} steps (max_steps={max_steps})"
+
+
+def _compact_why(why: str | tuple[int, int], schedule: Schedule, split, cache: PlanCache, instances: int,
+                 inplace: bool, max_steps: int) -> str:
+    """`_compact`'s reason, the packed placement on (channels, room) placed again and
+    measured in full where it was given up early."""
+    if isinstance(why, str):
+        return why
+    c, room = why
+    plan = plan_compact(split.halves, split.preds, schedule.collective.ranks, instances, c, max(1, room // 2), room,
+                        cache)
+    assert plan is not None  # it was placed before
+    return _too_long(c, *_longest(fuse(_program(schedule, split, plan, cache.place_array, instances, inplace))),
+                     max_steps)
 
 
 def _check_peers(schedule: Schedule, instances: int, sms: int) -> int:
