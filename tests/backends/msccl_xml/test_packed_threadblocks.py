@@ -6,6 +6,7 @@ packed); here the same shape at 32 GPUs with fewer SMs declared."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import replace
 
@@ -140,3 +141,26 @@ def test_light_connections_over_many_peers_are_still_spread():
     algo = lowered_algo(with_sms(ms.unit(schedule), 42), BackendOptions())
     check_structure(algo)
     assert verify_algo(algo, sms=42).ok
+
+
+def test_packed_placements_given_up_early_are_measured_once_for_the_message(monkeypatch):
+    """Every packed placement is given up as soon as a threadblock passes max_steps
+    (here: all of them, by a stand-in), and only the last one, whose length the refusal
+    names, is measured in full."""
+    from collc.backends.msccl_xml import threadblocks
+
+    full = []
+    real_longest = threadblocks._longest
+
+    def measured_in_full(program):
+        full.append(program.nchannels)
+        return real_longest(program)
+
+    monkeypatch.setattr(threadblocks, "_spread_estimate", lambda *a: 1000)  # packing only
+    monkeypatch.setattr(threadblocks, "_longest_within", lambda program, max_steps: None)
+    monkeypatch.setattr(threadblocks, "_longest", measured_in_full)
+    with pytest.raises(LimitError) as exc:
+        assign_threadblocks(ms.direct_alltoall(6), sms=1000, max_steps=8)  # SMs enough for any packing
+    assert len(full) == 1
+    assert re.search(rf"packed on {full[0]} channel\(s\), GPU \d+'s threadblock \(send -?\d+, recv -?\d+, channel "
+                     r"\d+\) gets \d+ steps \(max_steps=8\)", exc.value.message)
