@@ -38,6 +38,7 @@ import bisect
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from enum import Enum
 from itertools import chain
 from operator import itemgetter
 from typing import NamedTuple
@@ -105,14 +106,12 @@ def _ordering_within(program: Program, max_steps: int | None) -> _Ordering | Non
     if max_steps is not None and layout.steps and int(np.diff([*layout.tb_start, layout.steps]).max()) > max_steps:
         return None
     needs = _cross_needs(program, layout)
-    # Chaining (below) takes nops away again; only where it cannot happen does a
-    # threadblock's count of nops so far bound its final length from below.
-    room = max_steps if max_steps is not None and _most_xml_nodes_bound(program, layout, needs) <= MAX_XML_NODES \
-        else None
-    waits = _waits(program, layout, needs, room)
+    limit = _Limit.NONE if max_steps is None else _limit_kind(program, layout, needs)
+    waits = _waits(program, layout, needs, max_steps if limit is not _Limit.NONE else None,
+                   chained=limit is _Limit.CHAINED)
     if waits is None:
         return None
-    if _most_xml_nodes(program, layout, waits) > MAX_XML_NODES:
+    if limit is not _Limit.CHAINED and _most_xml_nodes(program, layout, waits) > MAX_XML_NODES:
         _chain_waits(layout, waits)
     return _Ordering(layout, waits)
 
@@ -226,11 +225,30 @@ def _cross_needs(program: Program, layout: _Layout) -> _Needs:
     return _Needs(hs[starts], np.r_[starts, len(hs)], np.asarray(layout.tb_start, dtype=np.int64)[tp] + pi)
 
 
-def _waits(program: Program, layout: _Layout, needs: _Needs, max_steps: int | None = None) -> dict[int, list[int]] | None:
+class _Limit(Enum):
+    """How a placement measured against max_steps can be given up early."""
+
+    NONE = "none"  # only once ordered in full: chaining may or may not take nops away
+    NOPS = "nops"  # no GPU can pass the XML nodes: each wait's nops stay
+    CHAINED = "chained"  # every placement chains its waits (some GPU passes the nodes without nops)
+
+
+def _limit_kind(program: Program, layout: _Layout, needs: _Needs) -> _Limit:
+    if _most_xml_nodes(program, layout, {}) > MAX_XML_NODES:
+        return _Limit.CHAINED
+    if _most_xml_nodes_bound(program, layout, needs) <= MAX_XML_NODES:
+        return _Limit.NOPS
+    return _Limit.NONE
+
+
+def _waits(program: Program, layout: _Layout, needs: _Needs, max_steps: int | None = None,
+           chained: bool = False) -> dict[int, list[int]] | None:
     """Per step (global number) that waits: the steps (global numbers) it waits for,
     in threadblock order, redundant waits dropped (see the module's docstring); None as
-    soon as a threadblock's steps and the nops its waits so far add pass `max_steps`
-    (None: no limit).
+    soon as a threadblock's steps and the nops its waits add pass `max_steps` (None: no
+    limit). `chained`: the waits are chained (`_chain_waits`) GPU by GPU as each is
+    done (chaining reads and changes only one GPU's waits), and its threadblocks are
+    measured then.
 
     What is known complete once a step is done: per threadblock of its GPU, its last
     step known done (-1: none); an array (a GPU may have a hundred threadblocks, and
@@ -264,8 +282,14 @@ def _waits(program: Program, layout: _Layout, needs: _Needs, max_steps: int | No
     current: dict[int, np.ndarray] = {}
     kept: dict[int, np.ndarray] = {}
     waits: dict[int, list[int]] = {}
+    gpu_waits: list[int] = []  # the steps of the GPU being visited that wait (chained)
+    visiting = -1  # that GPU
     for s, a, b in _chunked(visit, lo, hi):
         t = tb_of_step[s]
+        if chained and gpu_of_tb[t] != visiting:
+            if room is not None and not _chained_fit(layout, waits, gpu_waits, room):
+                return None
+            gpu_waits, visiting = [], gpu_of_tb[t]
         known = current.get(t)
         if known is None:
             known = current[t] = np.full(layout.tbs_per_gpu[gpu_of_tb[t]], -1, dtype=np.int64)
@@ -285,13 +309,20 @@ def _waits(program: Program, layout: _Layout, needs: _Needs, max_steps: int | No
                 mine.sort(key=lambda w: (local[tb_of_step[w]], index[w]))
                 waits[s] = mine
                 current[t] = known
-                if room is not None:
+                if chained:
+                    gpu_waits.append(s)
+                elif room is not None:
                     room[t] -= len(mine) - 1
                     if room[t] < 0:
                         return None
         if may_wait_for[s]:
             known[local[t]] = index[s]
             kept[s] = known.copy()
+    if chained:
+        if room is None:
+            _chain_steps(layout, waits, sorted(waits))
+        elif not _chained_fit(layout, waits, gpu_waits, room):
+            return None
     touched = [False] * len(layout.tb_start)
     for s, ws in waits.items():
         touched[tb_of_step[s]] = True
@@ -323,6 +354,22 @@ def _most_xml_nodes_bound(program: Program, layout: _Layout, needs: _Needs) -> i
     return 1 + len(program.gpus) + int(per_gpu.max(initial=0))
 
 
+def _chained_fit(layout: _Layout, waits: dict[int, list[int]], steps: list[int], room: list[int]) -> bool:
+    """Chain the waits of one GPU's `steps` (all its steps that wait, in place order)
+    and take the nops left from its threadblocks' `room`: whether all stay within it."""
+    steps.sort()
+    _chain_steps(layout, waits, steps)
+    tb_of_step = layout.tb_of_step
+    for s in steps:
+        extra = len(waits[s]) - 1
+        if extra:
+            t = int(tb_of_step[s])
+            room[t] -= extra
+            if room[t] < 0:
+                return False
+    return True
+
+
 def _chain_waits(layout: _Layout, waits: dict[int, list[int]]) -> None:
     """Where a GPU would pass the executor's XML nodes: a step that waits for several
     threadblocks (one nop step per extra wait) waits for the latest of those steps only,
@@ -334,8 +381,16 @@ def _chain_waits(layout: _Layout, waits: dict[int, list[int]]) -> None:
     receives complete in place order, which is about the order their messages arrive.
     Every added wait points to an earlier place, so the module's argument against
     deadlock holds."""
+    for cur in _chain_steps(layout, waits, sorted(waits)):
+        layout.touched[int(layout.tb_of_step[cur])] = True
+
+
+def _chain_steps(layout: _Layout, waits: dict[int, list[int]], steps: list[int]) -> list[int]:
+    """`_chain_waits` of the waits of `steps` (sorted); returns the steps that wait now
+    and did not."""
     place, tb_of_step = layout.place, layout.tb_of_step
-    for s in sorted(waits):
+    added: list[int] = []
+    for s in steps:
         ws = waits[s]
         if len(ws) < 2:
             continue
@@ -345,12 +400,13 @@ def _chain_waits(layout: _Layout, waits: dict[int, list[int]]) -> None:
         for w in reversed(ordered[:-1]):
             if cur not in waits:
                 waits[cur] = [w]
-                layout.touched[int(tb_of_step[cur])] = True
+                added.append(cur)
                 cur = w
             else:
                 keep.append(w)
         keep.sort(key=lambda w: (int(layout.local_tb[tb_of_step[w]]), int(layout.index[w])))
         waits[s] = keep
+    return added
 
 
 def _chunked(*columns: np.ndarray, size: int = 1 << 16) -> Iterator[tuple[int, ...]]:

@@ -142,3 +142,25 @@ def test_lengths_within_a_limit_give_up_only_past_it():
         assert ordered_lengths_within(fuse(assign_threadblocks(merge_ops(schedule))), max(lengths) - 1) is None
         for limit in range(1, max(lengths) - 1):
             assert ordered_lengths_within(fuse(assign_threadblocks(merge_ops(schedule))), limit) is None
+
+
+def test_lengths_within_a_limit_where_every_gpu_chains_its_waits(monkeypatch):
+    """Where some GPU passes the executor's XML nodes even without nops, every
+    placement chains its waits: chained GPU by GPU as the waits are decided, the lengths
+    and the steps built are those of the waits chained at the end."""
+    from collc.backends.msccl_xml import dependencies
+    from collc.backends.msccl_xml.fuse import fuse
+    from collc.backends.msccl_xml.merge import merge_ops
+    from collc.backends.msccl_xml.threadblocks import assign_threadblocks
+
+    monkeypatch.setattr(dependencies, "MAX_XML_NODES", 8)
+    for schedule in (echo_broadcast(), ms.random_allgather(6, 3, seed=2), ms.chain_reduce(5)):
+        whole = fuse(assign_threadblocks(merge_ops(schedule)))
+        lengths = dependencies.ordered_lengths(whole)
+        ordered = dependencies.order_steps(whole)
+        fused = fuse(assign_threadblocks(merge_ops(schedule)))
+        assert dependencies.ordered_lengths_within(fused, max(lengths)) == lengths
+        assert [tb.steps for g in dependencies.order_steps(fused).gpus for tb in g.tbs] == \
+            [tb.steps for g in ordered.gpus for tb in g.tbs]
+        for limit in range(1, max(lengths)):
+            assert dependencies.ordered_lengths_within(fuse(assign_threadblocks(merge_ops(schedule))), limit) is None
