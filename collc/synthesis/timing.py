@@ -20,13 +20,13 @@ from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain
-from operator import attrgetter, le
+from itertools import chain, compress
+from operator import add, attrgetter, le
 from typing import Sequence
 
 import numpy as np
 
-from collc.ir.schedule import Op, make_ops
+from collc.ir.schedule import Op, OpColumns, make_ops
 from collc.synthesis import ahead
 from collc.synthesis.network import Network
 
@@ -49,30 +49,48 @@ class OpCost:
 
 def op_costs(ops: Sequence[Op], network: Network, slot_bytes: float,
              model: TimingModel = DEFAULT_MODEL) -> list[OpCost]:
-    out: list[OpCost] = []
+    """Each op's cost. Ops of one (route, count, source rank, destination rank) share
+    one: those keys are made and looked up by C-level maps, and a cost is worked out
+    once per distinct key (a few hundred on the README's main job's 32,768 ops)."""
+    return _costs(list(zip(map(_ROUTE, ops), map(_COUNT, ops), map(_SRC_RANK, ops), map(_DST_RANK, ops))),
+                  network, slot_bytes, model)
+
+
+def _column_costs(columns: OpColumns, network: Network, slot_bytes: float, model: TimingModel) -> list[OpCost]:
+    """`op_costs` of ops given as columns."""
+    return _costs(list(zip(columns.route, columns.count, map(_RANK, columns.src), map(_RANK, columns.dst))),
+                  network, slot_bytes, model)
+
+
+def _costs(keys: list[tuple[tuple[str, ...], int, int, int]], network: Network, slot_bytes: float,
+           model: TimingModel) -> list[OpCost]:
+    """The cost of each (route, count, source rank, destination rank) key, worked out
+    once per distinct key."""
     best = {pair: rs[0] for pair, rs in network.pair_routes.items()}
-    cache: dict[tuple[tuple[str, ...], int], OpCost] = {}
-    for op in ops:
-        nbytes = slot_bytes * op.count
-        if not op.is_transfer:
-            t = nbytes / model.local_bandwidth if model.local_bandwidth > 0 else 0.0
-            out.append(OpCost((), t, ()))
-            continue
-        key = (op.route, op.count) if op.route else ((op.src.rank, op.dst.rank), op.count)  # type: ignore[assignment]
-        cost = cache.get(key)  # type: ignore[arg-type]
-        if cost is None:
-            if op.route:
-                links = tuple(network.link_index[(a, b)] for a, b in zip(op.route, op.route[1:]))
-                lat = sum(network.links[l].latency for l in links)
-                bw = min(network.links[l].capacity for l in links)
-            else:
-                r = network.routes[best[(op.src.rank, op.dst.rank)]]
-                links, lat, bw = r.links, r.latency, r.bandwidth
-            holds = tuple(nbytes / network.links[l].capacity for l in links)
-            cost = OpCost(links, lat + nbytes / bw, holds)
-            cache[key] = cost  # type: ignore[index]
-        out.append(cost)
-    return out
+    table: dict[tuple[tuple[str, ...], int, int, int], OpCost] = {}
+    for key in dict.fromkeys(keys):
+        table[key] = _cost(key, network, best, slot_bytes, model)
+    return list(map(table.__getitem__, keys))
+
+
+def _cost(key: tuple[tuple[str, ...], int, int, int], network: Network, best: dict[tuple[int, int], int],
+          slot_bytes: float, model: TimingModel) -> OpCost:
+    """The cost of an op with `key`'s route (empty: the best route between its ranks),
+    count and ranks."""
+    route, count, src, dst = key
+    nbytes = slot_bytes * count
+    if src == dst:  # a local copy
+        t = nbytes / model.local_bandwidth if model.local_bandwidth > 0 else 0.0
+        return OpCost((), t, ())
+    if route:
+        links = tuple(network.link_index[(a, b)] for a, b in zip(route, route[1:]))
+        lat = sum(network.links[l].latency for l in links)
+        bw = min(network.links[l].capacity for l in links)
+    else:
+        r = network.routes[best[(src, dst)]]
+        links, lat, bw = r.links, r.latency, r.bandwidth
+    holds = tuple(nbytes / network.links[l].capacity for l in links)
+    return OpCost(links, lat + nbytes / bw, holds)
 
 
 def replay(ops: Sequence[Op], network: Network, slot_bytes: float,
@@ -115,9 +133,10 @@ class Timeline:
     times many candidates and keeps one, and giving every op its step and a fresh copy
     costs about half as much again as scheduling them."""
 
-    def __init__(self, ops: Sequence[Op], order: list[int], start: list[float], costs: list[OpCost]):
+    def __init__(self, ops: OpColumns, order: list[int], start: list[float], costs: list[OpCost]):
         self._source = (ops, order, start, costs)
-        self.seconds = max((start[i] + costs[i].duration for i in order), default=0.0)
+        # Every op is in `order` (else `sequence` raised): the latest finish of all.
+        self.seconds = max(map(add, start, map(_DURATION, costs)), default=0.0)
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
@@ -152,19 +171,26 @@ def sequence_steps(ops: Sequence[Op], network: Network, slot_bytes: float,
                    model: TimingModel = DEFAULT_MODEL) -> ahead.Steps[Timeline]:
     """`sequence` in steps of INSTANTS_PER_STEP instants, for work begun ahead of a
     solve's end."""
+    return sequence_columns_steps(OpColumns.of(ops), network, slot_bytes, model)
+
+
+def sequence_columns_steps(ops: OpColumns, network: Network, slot_bytes: float,
+                           model: TimingModel = DEFAULT_MODEL) -> ahead.Steps[Timeline]:
+    """`sequence_steps` of ops given as columns (collc.synthesis.extract.copy_columns_steps
+    makes them so: the scheduler needs a few of their fields, and makes the final ops)."""
     n = len(ops)
-    costs = op_costs(ops, network, slot_bytes, model)
-    pos = {op.id: i for i, op in enumerate(ops)}
+    costs = _column_costs(ops, network, slot_bytes, model)
+    pos = dict(zip(ops.id, range(n)))
     succ: list[list[int]] = [[] for _ in range(n)]
-    pending = [0] * n
-    for i, op in enumerate(ops):
-        pending[i] = len(op.deps)
-        for d in op.deps:
+    deps_of = ops.deps
+    pending = list(map(len, deps_of))
+    for i in compress(range(n), pending):
+        for d in deps_of[i]:
             succ[pos[d]].append(i)
     # Priorities as ints: op i's rank in (step, list position) order, so that the queues
     # compare ints, not tuples (the list is usually in that order already: the ranks are
     # then the positions). `op_at[p]` is the op of priority p.
-    steps = [op.step for op in ops]
+    steps = ops.step
     if all(map(le, steps, steps[1:])):
         key = op_at = list(range(n))
     else:
@@ -344,7 +370,7 @@ def _dispatch(t: float, touched: set[int], queue: list[list[int]], op_at: list[i
     return sorted(chosen, key=cands.__getitem__)
 
 
-def _assign_steps(ops: Sequence[Op], order: list[int], start: list[float],
+def _assign_steps(ops: OpColumns, order: list[int], start: list[float],
                   costs: list[OpCost]) -> tuple[tuple[Op, ...], float]:
     """The ops in start order, renumbered 0..n-1, each with the least step that is at
     least its start over the quantum (the shortest positive duration), one more than
@@ -369,12 +395,12 @@ def _assign_steps(ops: Sequence[Op], order: list[int], start: list[float],
     end = float((start_arr + durations).max())
     # The same float operations as int(start / quantum + 1e-9), op by op (starts are >= 0).
     base = (start_arr[at] / quantum + 1e-9).astype(np.int64)
-    placed = list(map(ops.__getitem__, order))
-    dep_lists = list(map(_DEPS, placed))
+    placed = ops.placed(order)
+    dep_lists = placed.deps
     dep_counts = np.fromiter(map(len, dep_lists), dtype=np.int64, count=n)
     dep_ids = np.fromiter(chain.from_iterable(dep_lists), dtype=np.int64, count=int(dep_counts.sum()))
     # A dependency's place in start order, from its op id (ids need not be 0..n-1).
-    ids = np.fromiter(map(_ID, placed), dtype=np.int64, count=n)
+    ids = np.fromiter(placed.id, dtype=np.int64, count=n)
     by_id = np.argsort(ids, kind="stable")
     found = np.searchsorted(ids, dep_ids, sorter=by_id)
     dep_at = by_id[np.minimum(found, n - 1)]
@@ -406,8 +432,8 @@ def _assign_steps(ops: Sequence[Op], order: list[int], start: list[float],
         for k in np.flatnonzero(dep_counts > 1).tolist():
             new_deps[k] = tuple(sorted(dep_at[first[k]:first[k] + dep_counts[k]].tolist()))
     # The ops made field by field in C (make_ops), not one Op.make call each.
-    out = make_ops(n, range(n), map(_KIND, placed), map(_SRC, placed), map(_DST, placed),
-                   map(_COUNT, placed), new_deps, steps.tolist(), map(_ROUTE, placed), map(_ORIGIN, placed))
+    out = make_ops(n, range(n), placed.kind, placed.src, placed.dst, placed.count, new_deps, steps.tolist(),
+                   placed.route, placed.origin)
     return tuple(out), end
 
 
@@ -448,5 +474,5 @@ def _raised_in_order(base: np.ndarray, dep_of: np.ndarray, dep_at: np.ndarray, a
     return np.asarray(steps, dtype=np.int64)
 
 
-_KIND, _SRC, _DST, _COUNT, _ROUTE, _ORIGIN, _DEPS, _ID, _DURATION = map(
-    attrgetter, ("kind", "src", "dst", "count", "route", "origin", "deps", "id", "duration"))
+_COUNT, _ROUTE, _DURATION, _RANK, _SRC_RANK, _DST_RANK = map(
+    attrgetter, ("count", "route", "duration", "rank", "src.rank", "dst.rank"))
