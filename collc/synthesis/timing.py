@@ -222,6 +222,9 @@ def sequence_columns_steps(ops: OpColumns, network: Network, slot_bytes: float,
             for l in c.links:
                 single[l] = False
 
+    # No transfer uses two links or more (no switch, as on dgx1): at each instant every
+    # free link takes its best queued transfer (what `_dispatch` then comes to).
+    every_single = all(single)
     push, pop = heapq.heappush, heapq.heappop  # bound once: called for every op and link
 
     def begin(i: int, t: float) -> None:
@@ -253,9 +256,10 @@ def sequence_columns_steps(ops: OpColumns, network: Network, slot_bytes: float,
             instants = 0
             yield
         t = events[0][0]
+        limit = t + eps
         touched: set[int] = set()
         local: list[int] = []
-        while events and events[0][0] <= t + eps:
+        while events and events[0][0] <= limit:
             _, kind, x = pop(events)
             if kind == 0:
                 links = links_of[x]
@@ -270,6 +274,10 @@ def sequence_columns_steps(ops: OpColumns, network: Network, slot_bytes: float,
                 touched.add(x)
         for i in sorted(local):
             begin(i, t)
+        if every_single:
+            for p in sorted([queue[l][0] for l in touched if queue[l] and link_free[l] <= limit]):
+                begin(op_at[p], t)
+            continue
         for i in _dispatch(t, touched, queue, op_at, links_of, link_free, remaining, single):
             begin(i, t)
     if len(order) != n:
