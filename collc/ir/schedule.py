@@ -175,9 +175,10 @@ _STEP_OF, _SRC_RANK_OF, _DST_RANK_OF = attrgetter("step"), attrgetter("src.rank"
 
 
 @dataclass(frozen=True)
-class OpColumns:
-    """Ops as one list per field, in `Op`'s field order, for builders that pass ops
-    from one stage to the next without needing them as objects: the list scheduler
+class OpFields:
+    """Ops as one list per field, in `Op`'s field order (Python values, not the
+    verifier's numpy columns), for builders that pass ops from one stage to the next
+    without needing them as objects: the list scheduler
     (collc.synthesis.timing) reads a few fields of every op the extractor made, then
     makes the final ops in another order with other ids, deps and steps; making the
     32,768 intermediate `Op`s of the README's main job cost about 0.07 CPU s."""
@@ -196,21 +197,21 @@ class OpColumns:
         return len(self.id)
 
     @classmethod
-    def of(cls, ops: Sequence[Op]) -> "OpColumns":
-        """The columns of `ops` (C-level maps)."""
+    def of(cls, ops: Sequence[Op]) -> "OpFields":
+        """The fields of `ops` (C-level maps)."""
         return cls(*(list(map(getter, ops)) for getter in
                      (_ID_OF, _KIND_OF, _SRC_OF, _DST_OF, _COUNT_OF, _DEPS_OF, _STEP_OF, _ROUTE_OF, _ORIGIN_OF)))
 
     def ops(self) -> list[Op]:
-        """The ops, in column order (`make_ops`)."""
+        """The ops, in list order (`make_ops`)."""
         return make_ops(len(self.id), self.id, self.kind, self.src, self.dst, self.count, self.deps, self.step,
                         self.route, self.origin)
 
-    def placed(self, order: Sequence[int]) -> "OpColumns":
-        """The columns of the ops at `order`'s positions, in that order."""
+    def placed(self, order: Sequence[int]) -> "OpFields":
+        """The fields of the ops at `order`'s positions, in that order."""
         pick = picker(order)
-        return OpColumns(*(pick(column) for column in (self.id, self.kind, self.src, self.dst, self.count, self.deps,
-                                                        self.step, self.route, self.origin)))
+        return OpFields(*(pick(values) for values in (self.id, self.kind, self.src, self.dst, self.count, self.deps,
+                                                       self.step, self.route, self.origin)))
 
 
 def picker(order: Sequence[int]) -> Callable[[Sequence[Any]], list[Any]]:

@@ -14,7 +14,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from collc.diagnostics import SolverError
-from collc.ir.schedule import Buffer, Loc, Op, OpColumns, OpKind, picker
+from collc.ir.schedule import Buffer, Loc, Op, OpFields, OpKind, picker
 from collc.synthesis.ahead import Steps, finish
 from collc.synthesis.plan import Plan
 
@@ -48,12 +48,12 @@ def copy_ops(plan: Plan) -> OpList:
 def copy_ops_steps(plan: Plan) -> Steps[OpList]:
     """`copy_ops` in steps of TRANSFERS_PER_STEP transfers, for work begun ahead of a
     solve's end."""
-    columns, scratch = yield from copy_columns_steps(plan)
-    return OpList(tuple(columns.ops()), scratch)
+    fields, scratch = yield from copy_fields_steps(plan)
+    return OpList(tuple(fields.ops()), scratch)
 
 
-def copy_columns_steps(plan: Plan) -> Steps[tuple[OpColumns, tuple[int, ...]]]:
-    """`copy_ops_steps`'s ops as columns (not yet `Op`s) and its scratch slots per rank:
+def copy_fields_steps(plan: Plan) -> Steps[tuple[OpFields, tuple[int, ...]]]:
+    """`copy_ops_steps`'s ops as fields (not yet `Op`s) and its scratch slots per rank:
     for the list scheduler, which makes the final ops itself."""
     problem = plan.problem
     net = problem.network
@@ -128,9 +128,9 @@ def copy_columns_steps(plan: Plan) -> Steps[tuple[OpColumns, tuple[int, ...]]]:
     # (step, id) order: ids grow with position, so a stable sort by step is that order.
     order = sorted(range(n), key=steps.__getitem__)
     pick = picker(order)
-    columns = OpColumns(order, [OpKind.COPY] * n, pick(srcs), pick(dsts), [1] * n, pick(deps), pick(steps),
+    fields = OpFields(order, [OpKind.COPY] * n, pick(srcs), pick(dsts), [1] * n, pick(deps), pick(steps),
                         pick(routes_of), [None] * n)
-    return columns, tuple(scratch) if any(scratch) else ()
+    return fields, tuple(scratch) if any(scratch) else ()
 
 
 @dataclass(frozen=True)

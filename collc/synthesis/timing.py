@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from collc.ir.schedule import Op, OpColumns, make_ops
+from collc.ir.schedule import Op, OpFields, make_ops
 from collc.synthesis import ahead
 from collc.synthesis.network import Network
 
@@ -56,9 +56,9 @@ def op_costs(ops: Sequence[Op], network: Network, slot_bytes: float,
                   network, slot_bytes, model)
 
 
-def _column_costs(columns: OpColumns, network: Network, slot_bytes: float, model: TimingModel) -> list[OpCost]:
-    """`op_costs` of ops given as columns."""
-    return _costs(list(zip(columns.route, columns.count, map(_RANK, columns.src), map(_RANK, columns.dst))),
+def _field_costs(fields: OpFields, network: Network, slot_bytes: float, model: TimingModel) -> list[OpCost]:
+    """`op_costs` of ops given as fields."""
+    return _costs(list(zip(fields.route, fields.count, map(_RANK, fields.src), map(_RANK, fields.dst))),
                   network, slot_bytes, model)
 
 
@@ -133,7 +133,7 @@ class Timeline:
     times many candidates and keeps one, and giving every op its step and a fresh copy
     costs about half as much again as scheduling them."""
 
-    def __init__(self, ops: OpColumns, order: list[int], start: list[float], costs: list[OpCost]):
+    def __init__(self, ops: OpFields, order: list[int], start: list[float], costs: list[OpCost]):
         self._source = (ops, order, start, costs)
         # Every op is in `order` (else `sequence` raised): the latest finish of all.
         self.seconds = max(map(add, start, map(_DURATION, costs)), default=0.0)
@@ -171,15 +171,15 @@ def sequence_steps(ops: Sequence[Op], network: Network, slot_bytes: float,
                    model: TimingModel = DEFAULT_MODEL) -> ahead.Steps[Timeline]:
     """`sequence` in steps of INSTANTS_PER_STEP instants, for work begun ahead of a
     solve's end."""
-    return sequence_columns_steps(OpColumns.of(ops), network, slot_bytes, model)
+    return sequence_fields_steps(OpFields.of(ops), network, slot_bytes, model)
 
 
-def sequence_columns_steps(ops: OpColumns, network: Network, slot_bytes: float,
+def sequence_fields_steps(ops: OpFields, network: Network, slot_bytes: float,
                            model: TimingModel = DEFAULT_MODEL) -> ahead.Steps[Timeline]:
-    """`sequence_steps` of ops given as columns (collc.synthesis.extract.copy_columns_steps
-    makes them so: the scheduler needs a few of their fields, and makes the final ops)."""
+    """`sequence_steps` of ops given as fields (collc.synthesis.extract.copy_fields_steps
+    makes them so: the scheduler needs a few of them, and makes the final ops)."""
     n = len(ops)
-    costs = _column_costs(ops, network, slot_bytes, model)
+    costs = _field_costs(ops, network, slot_bytes, model)
     pos = dict(zip(ops.id, range(n)))
     succ: list[list[int]] = [[] for _ in range(n)]
     deps_of = ops.deps
@@ -378,7 +378,7 @@ def _dispatch(t: float, touched: set[int], queue: list[list[int]], op_at: list[i
     return sorted(chosen, key=cands.__getitem__)
 
 
-def _assign_steps(ops: OpColumns, order: list[int], start: list[float],
+def _assign_steps(ops: OpFields, order: list[int], start: list[float],
                   costs: list[OpCost]) -> tuple[tuple[Op, ...], float]:
     """The ops in start order, renumbered 0..n-1, each with the least step that is at
     least its start over the quantum (the shortest positive duration), one more than
