@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, compress
-from operator import add, attrgetter, le
+from operator import add, attrgetter, le, not_
 from typing import Sequence
 
 import numpy as np
@@ -53,24 +53,25 @@ def op_costs(ops: Sequence[Op], network: Network, slot_bytes: float,
     one: those keys are made and looked up by C-level maps, and a cost is worked out
     once per distinct key (a few hundred on the README's main job's 32,768 ops)."""
     return _costs(list(zip(map(_ROUTE, ops), map(_COUNT, ops), map(_SRC_RANK, ops), map(_DST_RANK, ops))),
-                  network, slot_bytes, model)
+                  network, slot_bytes, model)[0]
 
 
-def _field_costs(fields: OpFields, network: Network, slot_bytes: float, model: TimingModel) -> list[OpCost]:
-    """`op_costs` of ops given as fields."""
+def _field_costs(fields: OpFields, network: Network, slot_bytes: float,
+                 model: TimingModel) -> tuple[list[OpCost], list[OpCost]]:
+    """`_costs` of ops given as fields."""
     return _costs(list(zip(fields.route, fields.count, map(_RANK, fields.src), map(_RANK, fields.dst))),
                   network, slot_bytes, model)
 
 
 def _costs(keys: list[tuple[tuple[str, ...], int, int, int]], network: Network, slot_bytes: float,
-           model: TimingModel) -> list[OpCost]:
+           model: TimingModel) -> tuple[list[OpCost], list[OpCost]]:
     """The cost of each (route, count, source rank, destination rank) key, worked out
-    once per distinct key."""
+    once per distinct key; and the distinct costs."""
     best = {pair: rs[0] for pair, rs in network.pair_routes.items()}
     table: dict[tuple[tuple[str, ...], int, int, int], OpCost] = {}
     for key in dict.fromkeys(keys):
         table[key] = _cost(key, network, best, slot_bytes, model)
-    return list(map(table.__getitem__, keys))
+    return list(map(table.__getitem__, keys)), list(table.values())
 
 
 def _cost(key: tuple[tuple[str, ...], int, int, int], network: Network, best: dict[tuple[int, int], int],
@@ -179,14 +180,16 @@ def sequence_fields_steps(ops: OpFields, network: Network, slot_bytes: float,
     """`sequence_steps` of ops given as fields (collc.synthesis.extract.copy_fields_steps
     makes them so: the scheduler needs a few of them, and makes the final ops)."""
     n = len(ops)
-    costs = _field_costs(ops, network, slot_bytes, model)
+    costs, distinct_costs = _field_costs(ops, network, slot_bytes, model)
     pos = dict(zip(ops.id, range(n)))
-    succ: list[list[int]] = [[] for _ in range(n)]
     deps_of = ops.deps
     pending = list(map(len, deps_of))
-    for i in compress(range(n), pending):
-        for d in deps_of[i]:
-            succ[pos[d]].append(i)
+    # Each op's successors, in list order: succ_at[succ_from[i]:succ_from[i + 1]] (one
+    # sort of the dependencies, not an append per one).
+    dep_at = np.fromiter(map(pos.__getitem__, chain.from_iterable(deps_of)), dtype=np.int64)
+    owners = np.repeat(np.arange(n, dtype=np.int64), pending)
+    succ_at = owners[np.argsort(dep_at, kind="stable")].tolist()
+    succ_from = np.concatenate(([0], np.cumsum(np.bincount(dep_at, minlength=n)))).tolist()
     # Priorities as ints: op i's rank in (step, list position) order, so that the queues
     # compare ints, not tuples (the list is usually in that order already: the ranks are
     # then the positions). `op_at[p]` is the op of priority p.
@@ -203,28 +206,28 @@ def sequence_fields_steps(ops: OpFields, network: Network, slot_bytes: float,
     link_free = [0.0] * len(network.links)
     queue: list[list[int]] = [[] for _ in network.links]  # priorities, sorted
     events: list[tuple[float, int, int]] = []  # (time, kind, payload): 0 op ready, 1 link free
-    for i in range(n):
-        if pending[i] == 0:
-            events.append((0.0, 0, i))
+    events.extend((0.0, 0, i) for i in compress(range(n), map(not_, pending)))
     heapq.heapify(events)
     order: list[int] = []
     eps = 1e-15
-    # Work each link still has to do: the links with most left are fed first.
-    remaining = [0.0] * len(network.links)
     # A link that only single-link transfers use: its best queued transfer is the only
     # one the dispatch could start on it, so it need not scan the queue.
     single = [True] * len(network.links)
-    links_of = [c.links for c in costs]
-    for c in costs:
-        for l, hold in zip(c.links, c.holds):
-            remaining[l] += hold
+    for c in distinct_costs:
         if len(c.links) >= 2:
             for l in c.links:
                 single[l] = False
-
     # No transfer uses two links or more (no switch, as on dgx1): at each instant every
     # free link takes its best queued transfer (what `_dispatch` then comes to).
     every_single = all(single)
+    # Work each link still has to do: the links with most left are fed first (by the
+    # matching of `_dispatch`: not needed where every link is single).
+    remaining = [0.0] * len(network.links)
+    if not every_single:
+        for c in costs:
+            for l, hold in zip(c.links, c.holds):
+                remaining[l] += hold
+    links_of = list(map(_LINKS, costs))
     push, pop = heapq.heappush, heapq.heappop  # bound once: called for every op and link
 
     def begin(i: int, t: float) -> None:
@@ -242,7 +245,7 @@ def sequence_fields_steps(ops: OpFields, network: Network, slot_bytes: float,
             if k < len(q) and q[k] == p:
                 del q[k]
         f = t + c.duration
-        for j in succ[i]:
+        for j in succ_at[succ_from[i]:succ_from[i + 1]]:
             if f > ready_at[j]:
                 ready_at[j] = f
             pending[j] -= 1
@@ -482,5 +485,5 @@ def _raised_in_order(base: np.ndarray, dep_of: np.ndarray, dep_at: np.ndarray, a
     return np.asarray(steps, dtype=np.int64)
 
 
-_COUNT, _ROUTE, _DURATION, _RANK, _SRC_RANK, _DST_RANK = map(
-    attrgetter, ("count", "route", "duration", "rank", "src.rank", "dst.rank"))
+_COUNT, _ROUTE, _DURATION, _RANK, _SRC_RANK, _DST_RANK, _LINKS = map(
+    attrgetter, ("count", "route", "duration", "rank", "src.rank", "dst.rank", "links"))
