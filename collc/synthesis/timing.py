@@ -428,9 +428,6 @@ def _assign_steps(ops: OpFields, order: list[int], start: list[float],
     by_link = np.lexsort((link_of, links))
     same = links[by_link][1:] == links[by_link][:-1]
     after, before = link_of[by_link][1:][same], link_of[by_link][:-1][same]
-    steps = _least_steps(base, dep_of, dep_at, after, before)
-    if steps is None:
-        steps = _raised_in_order(base, dep_of, dep_at, after, before)
     # New dependency ids: places in start order; one dependency as a 1-tuple made in C.
     new_deps: list[tuple[int, ...]] = [()] * n
     single = dep_counts == 1
@@ -442,14 +439,19 @@ def _assign_steps(ops: OpFields, order: list[int], start: list[float],
                   zip(dep_at[first[single]].tolist())), maxlen=0)
         for k in np.flatnonzero(dep_counts > 1).tolist():
             new_deps[k] = tuple(sorted(dep_at[first[k]:first[k] + dep_counts[k]].tolist()))
+    settled = _least_steps(base, dep_of, dep_at, after, before)
+    steps = settled.tolist() if settled is not None else _raised_in_order(base, new_deps, link_lists)
     # The ops made field by field in C (make_ops), not one Op.make call each.
-    out = make_ops(n, range(n), placed.kind, placed.src, placed.dst, placed.count, new_deps, steps.tolist(),
+    out = make_ops(n, range(n), placed.kind, placed.src, placed.dst, placed.count, new_deps, steps,
                    placed.route, placed.origin)
     return tuple(out), end
 
 
-# Passes of `_least_steps` before the rest is left to `_raised_in_order`.
-STEP_PASSES = 8
+# Passes of `_least_steps` before the steps are raised op by op (`_raised_in_order`).
+# Each pass costs a few array operations over every op and rule: where a long chain of
+# raised steps would need many (19 on dgx2's AllReduce at 1 MiB), the single pass op
+# by op is cheaper at scale than waiting for the passes to settle.
+STEP_PASSES = 3
 
 
 def _least_steps(base: np.ndarray, dep_of: np.ndarray, dep_at: np.ndarray, after: np.ndarray,
@@ -468,21 +470,25 @@ def _least_steps(base: np.ndarray, dep_of: np.ndarray, dep_at: np.ndarray, after
     return None
 
 
-def _raised_in_order(base: np.ndarray, dep_of: np.ndarray, dep_at: np.ndarray, after: np.ndarray,
-                     before: np.ndarray) -> np.ndarray:
-    """`_least_steps` op by op in start order: every rule points back in that order, so
-    one pass settles them all."""
-    asks: list[list[tuple[int, int]]] = [[] for _ in range(len(base))]
-    for k, d in zip(dep_of.tolist(), dep_at.tolist()):
-        asks[k].append((d, 1))
-    for k, b in zip(after.tolist(), before.tolist()):
-        asks[k].append((b, 0))
+def _raised_in_order(base: np.ndarray, deps: list[tuple[int, ...]], link_lists: list[tuple[int, ...]]) -> list[int]:
+    """`_least_steps` op by op in start order (`deps`: each op's dependencies' places in
+    that order; `link_lists`: its links): every rule points back in that order, so one
+    pass settles them all."""
     steps = base.tolist()
-    for k, rules in enumerate(asks):
-        for j, plus in rules:
-            if steps[j] + plus > steps[k]:
-                steps[k] = steps[j] + plus
-    return np.asarray(steps, dtype=np.int64)
+    link_last: dict[int, int] = {}
+    for k, (before, links) in enumerate(zip(deps, link_lists)):
+        step = steps[k]
+        for d in before:
+            if steps[d] >= step:
+                step = steps[d] + 1
+        for l in links:
+            last = link_last.get(l, 0)
+            if last > step:
+                step = last
+        for l in links:
+            link_last[l] = step
+        steps[k] = step
+    return steps
 
 
 _COUNT, _ROUTE, _DURATION, _RANK, _SRC_RANK, _DST_RANK, _LINKS = map(
