@@ -312,10 +312,11 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
     by_class = _classes(problem)
     # Per structure: its routes, depths, positions and the part of the order key that
     # does not depend on the chunk (its tail and lead), as arrays.
-    arrays: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
+    arrays: list[tuple[np.ndarray, ...]] = []
+    placed: dict[tuple[int, ...], int] = {}  # a structure's routes -> its place in `arrays`
     ordered = rates.replicated > 0
-    # Every commodity's structure (an index into `arrays`, in order of first use) and
-    # its target times T: the columns are gathered from those at the end.
+    # Every commodity's structure (its place in `arrays`) and its target time: the
+    # columns are gathered from those at the end.
     structure_of: list[int] = []
     due: list[float] = []
     commodity: list[int] = []
@@ -331,17 +332,19 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
             place = places.get(s_idx)
             if place is None:
                 routes = structures[s_idx][0]
-                if routes not in arrays:
-                    arrays[routes] = _structure_arrays(net, routes, rates.depth[routes], seconds, rates.seconds,
-                                                       ordered, lead)
-                place = places[s_idx] = list(arrays).index(routes)
+                place = placed.get(routes)
+                if place is None:
+                    place = placed[routes] = len(arrays)
+                    arrays.append(_structure_arrays(net, routes, rates.depth[routes], seconds, rates.seconds,
+                                                    ordered, lead))
+                places[s_idx] = place
             structure_of.append(place)
             due.append(finish * rates.seconds)
             commodity.append(k)
     if not structure_of:
         empty = np.zeros(0, dtype=np.int64)
         return PacedTransfers(np.zeros(0), empty, empty)
-    key_col, depth_col, pos_col, com_col, route_col = _gathered(list(arrays.values()), structure_of, due, commodity)
+    key_col, depth_col, pos_col, com_col, route_col = _gathered(arrays, structure_of, due, commodity)
     # Columns of (order key, depth, position in its structure, commodity, route), sorted
     # in that order. Among equal keys a structure's own order decides before the
     # commodity: replicated trees list a rank's children rotated by the rank's place, so
