@@ -17,8 +17,8 @@ that does it, replaced where its caller looks it up:
                  thread (collc.synthesis.ahead): the stages below run meanwhile
   pacing         `paced_transfers`: the transfers and their order keys (every incumbent
                  the work was begun on counts, also those dropped)
-  ops            `copy_ops_steps`: the plan's transfers as ops
-  list sched.    `sequence_steps`: the ops list-scheduled on the network
+  ops            `copy_fields_steps`: the plan's transfers as ops (lists of their fields)
+  list sched.    `sequence_fields_steps`: the ops list-scheduled on the network
   steps          `_assign_steps`: the timeline written back as steps, the final ops
   verification   the schedule verified (on arrays), by the driver
   idle work      what the command's thread did while it would have waited for the
@@ -68,8 +68,8 @@ WRAPPED = [
     ("problems", "collc.synthesis.auto", "problem_for"),
     ("MILP rounding", "collc.synthesis.steady.pipelining", "solve"),
     ("pacing", "collc.synthesis.steady.pipelining", "paced_transfers"),
-    ("ops", "collc.synthesis.candidates", "copy_ops_steps"),
-    ("list sched.", "collc.synthesis.candidates", "sequence_steps"),
+    ("ops", "collc.synthesis.candidates", "copy_fields_steps"),
+    ("list sched.", "collc.synthesis.candidates", "sequence_fields_steps"),
     ("steps", "collc.synthesis.timing", "_assign_steps"),
     ("idle work", "collc.idle", "run_one"),
     ("verification", "collc.driver", "verify"),

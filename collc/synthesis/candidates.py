@@ -15,12 +15,12 @@ from collc.ir.collective import Collective
 from collc.ir.schedule import Schedule
 from collc.ir.topology import Topology
 from collc.synthesis.ahead import Steps, finish
-from collc.synthesis.extract import OpList, copy_ops_steps
+from collc.synthesis.extract import OpList, copy_fields_steps
 from collc.synthesis.network import Network
 from collc.synthesis.plan import Plan, Status
 from collc.synthesis.problem import Problem, build_problem, refinable, refine
 from collc.synthesis.solver import Deadline
-from collc.synthesis.timing import Timeline, TimingModel, sequence_steps
+from collc.synthesis.timing import Timeline, TimingModel, sequence_fields_steps
 
 # Pipelining stops splitting chunks below this size: per-transfer costs the alpha-beta
 # model leaves out (kernel steps, synchronization) would dominate smaller ones.
@@ -98,11 +98,11 @@ def realize_steps(plan: Plan, timing: TimingModel) -> Steps[Candidate]:
     """`realize` in steps, for work begun ahead of a solve's end (collc.synthesis.ahead).
     Its last step, giving the ops their final steps, is optional: a search times many
     candidates and keeps one, so it is done ahead only while the solve still runs."""
-    raw = yield from copy_ops_steps(plan)
+    fields, scratch = yield from copy_fields_steps(plan)
     yield
-    timeline = yield from sequence_steps(raw.ops, plan.problem.network, plan.problem.slot_bytes, timing)
+    timeline = yield from sequence_fields_steps(fields, plan.problem.network, plan.problem.slot_bytes, timing)
     coll = plan.problem.collective
-    candidate = Candidate(plan, timeline, raw.scratch, timeline.seconds, coll.chunks)
+    candidate = Candidate(plan, timeline, scratch, timeline.seconds, coll.chunks)
     if (yield):
         candidate.timeline.ops  # made now (cached), while the solve's thread runs
     return candidate

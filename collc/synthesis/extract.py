@@ -10,12 +10,11 @@ A rank that would receive a chunk twice keeps the first arrival only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
 from operator import attrgetter
 from typing import NamedTuple
 
 from collc.diagnostics import SolverError
-from collc.ir.schedule import Buffer, Loc, Op, OpKind, make_ops
+from collc.ir.schedule import Buffer, Loc, Op, OpFields, OpKind, picker
 from collc.synthesis.ahead import Steps, finish
 from collc.synthesis.plan import Plan
 
@@ -49,6 +48,13 @@ def copy_ops(plan: Plan) -> OpList:
 def copy_ops_steps(plan: Plan) -> Steps[OpList]:
     """`copy_ops` in steps of TRANSFERS_PER_STEP transfers, for work begun ahead of a
     solve's end."""
+    fields, scratch = yield from copy_fields_steps(plan)
+    return OpList(tuple(fields.ops()), scratch)
+
+
+def copy_fields_steps(plan: Plan) -> Steps[tuple[OpFields, tuple[int, ...]]]:
+    """`copy_ops_steps`'s ops as fields (not yet `Op`s) and its scratch slots per rank:
+    for the list scheduler, which makes the final ops itself."""
     problem = plan.problem
     net = problem.network
     ranks = problem.ranks
@@ -64,14 +70,18 @@ def copy_ops_steps(plan: Plan) -> Steps[OpList]:
         for loc in c.targets:
             targets_at[k].setdefault(loc.rank, loc)
 
-    # The ops' fields, one list each (op id = position here); the Op objects are made
-    # at the end by make_ops, field by field in C, in (step, id) order.
+    # The ops' fields, one list each (op id = position here), put in (step, id) order
+    # at the end.
     srcs: list[Loc] = []
     dsts: list[Loc] = []
     deps: list[tuple[int, ...]] = []
     steps: list[int] = []
     routes_of: list[tuple[str, ...]] = []
-    routes = net.routes
+    # Bound once: called for every transfer.
+    add_src, add_dst, add_deps, add_step, add_route = (
+        srcs.append, dsts.append, deps.append, steps.append, routes_of.append)
+    # Each route's (source rank, destination rank, nodes), looked up once per transfer.
+    ends = [(r.src, r.dst, r.nodes) for r in net.routes]
     transfers = plan.transfers
     # A pipelined plan's steps are its order already (and unique): no sort needed.
     if any(a.step >= b.step for a, b in zip(transfers, transfers[1:])):
@@ -79,26 +89,27 @@ def copy_ops_steps(plan: Plan) -> Steps[OpList]:
     for first in range(0, len(transfers), TRANSFERS_PER_STEP):
         if first:
             yield
-        for t in transfers[first:first + TRANSFERS_PER_STEP]:
-            route = routes[t.route]
-            h = held[t.commodity]
-            src = h.get(route.src)
-            if src is None or src.step >= t.step:
-                raise RuntimeError(f"plan sends commodity {t.commodity} from rank {route.src} at step {t.step} "
+        for commodity, route_index, step in transfers[first:first + TRANSFERS_PER_STEP]:
+            src_rank, dst_rank, nodes = ends[route_index]
+            h = held[commodity]
+            src = h.get(src_rank)
+            if src is None or src[2] >= step:
+                raise RuntimeError(f"plan sends commodity {commodity} from rank {src_rank} at step {step} "
                                    "before it arrives there")
-            if route.dst in h:
+            if dst_rank in h:
                 continue  # a second arrival adds nothing
-            dst = targets_at[t.commodity].get(route.dst)
+            dst = targets_at[commodity].get(dst_rank)
             if dst is None:
-                dst = Loc(route.dst, Buffer.SCRATCH, scratch[route.dst])
-                scratch[route.dst] += 1
+                dst = Loc(dst_rank, Buffer.SCRATCH, scratch[dst_rank])
+                scratch[dst_rank] += 1
             op_id = len(srcs)
-            srcs.append(src.loc)
-            dsts.append(dst)
-            deps.append(() if src.op is None else (src.op,))
-            steps.append(t.step)
-            routes_of.append(route.nodes)
-            h[route.dst] = _NEW_TUPLE(_Held, (dst, op_id, t.step))  # _Held(...) without its Python-level __new__
+            add_src(src[0])
+            add_dst(dst)
+            from_op = src[1]
+            add_deps(() if from_op is None else (from_op,))
+            add_step(step)
+            add_route(nodes)
+            h[dst_rank] = _NEW_TUPLE(_Held, (dst, op_id, step))  # _Held(...) without its Python-level __new__
 
     for k, c in enumerate(problem.commodities):
         h = held[k]
@@ -116,10 +127,10 @@ def copy_ops_steps(plan: Plan) -> Steps[OpList]:
     n = len(srcs)
     # (step, id) order: ids grow with position, so a stable sort by step is that order.
     order = sorted(range(n), key=steps.__getitem__)
-    ops = make_ops(n, order, repeat(OpKind.COPY, n), map(srcs.__getitem__, order), map(dsts.__getitem__, order),
-                   repeat(1, n), map(deps.__getitem__, order), map(steps.__getitem__, order),
-                   map(routes_of.__getitem__, order), repeat(None, n))
-    return OpList(tuple(ops), tuple(scratch) if any(scratch) else ())
+    pick = picker(order)
+    fields = OpFields(order, [OpKind.COPY] * n, pick(srcs), pick(dsts), [1] * n, pick(deps), pick(steps),
+                        pick(routes_of), [None] * n)
+    return fields, tuple(scratch) if any(scratch) else ()
 
 
 @dataclass(frozen=True)

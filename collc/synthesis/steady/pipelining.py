@@ -8,6 +8,7 @@ import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Callable, TypeVar
 
 import numpy as np
@@ -278,7 +279,9 @@ def pipelined_ahead(problem: Problem | Refinement, rates: RateSolution, options:
 
 
 def _plan(problem: Problem, rates: RateSolution, paced: PacedTransfers) -> Plan:
-    transfers = tuple(map(Transfer, paced.commodity.tolist(), paced.route.tolist(), range(len(paced.key))))
+    # Transfer(...) without its Python-level __new__: tuple.__new__ from C, per transfer.
+    transfers = tuple(map(tuple.__new__, repeat(Transfer),
+                          zip(paced.commodity.tolist(), paced.route.tolist(), range(len(paced.key)))))
     return Plan(problem, transfers, "steady", rates.status, 0, rates.stats,
                 {"fluid_s": rates.seconds, "structures": sum(len(v) for v in rates.shares.values()),
                  "rate_model": rates.kind, "replicated": rates.replicated,
@@ -309,13 +312,14 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
     by_class = _classes(problem)
     # Per structure: its routes, depths, positions and the part of the order key that
     # does not depend on the chunk (its tail and lead), as arrays.
-    arrays: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
+    arrays: list[tuple[np.ndarray, ...]] = []
+    placed: dict[tuple[int, ...], int] = {}  # a structure's routes -> its place in `arrays`
     ordered = rates.replicated > 0
-    # Columns of (order key, depth, position in its structure, commodity, route), sorted
-    # in that order. Among equal keys a structure's own order decides before the
-    # commodity: replicated trees list a rank's children rotated by the rank's place, so
-    # that the sources of a switch do not all send to the same destination first.
-    columns: list[list[np.ndarray]] = [[], [], [], [], []]
+    # Every commodity's structure (its place in `arrays`) and its target time: the
+    # columns are gathered from those at the end.
+    structure_of: list[int] = []
+    due: list[float] = []
+    commodity: list[int] = []
     sizes = class_sizes(problem, rates, by_class)
     whole = counts if counts is not None else _dealt(problem, rates, sizes, options, deadline, latency_aware)
     for key, coms in sorted(by_class.items()):
@@ -323,23 +327,49 @@ def paced_transfers(problem: Problem, rates: RateSolution, options: SolverOption
         counts = whole[key]
         phase = _unicast_phase(key, problem.ranks) if rates.kind == "paths" else 1.0
         targets = sorted(((j + phase) / n, s_idx) for s_idx, n in enumerate(counts) for j in range(n))
+        places: dict[int, int] = {}  # s_idx -> its place in `arrays`
         for k, (finish, s_idx) in zip(coms, targets):
-            routes = structures[s_idx][0]
-            if routes not in arrays:
-                arrays[routes] = _structure_arrays(net, routes, rates.depth[routes], seconds, rates.seconds, ordered,
-                                                   lead)
-            route_arr, depth_arr, pos_arr, tail_arr, lead_arr = arrays[routes]
-            columns[0].append(finish * rates.seconds - tail_arr - lead_arr)
-            columns[1].append(depth_arr)
-            columns[2].append(pos_arr)
-            columns[3].append(np.full(len(routes), k, dtype=np.int64))
-            columns[4].append(route_arr)
-    if not columns[0]:
+            place = places.get(s_idx)
+            if place is None:
+                routes = structures[s_idx][0]
+                place = placed.get(routes)
+                if place is None:
+                    place = placed[routes] = len(arrays)
+                    arrays.append(_structure_arrays(net, routes, rates.depth[routes], seconds, rates.seconds,
+                                                    ordered, lead))
+                places[s_idx] = place
+            structure_of.append(place)
+            due.append(finish * rates.seconds)
+            commodity.append(k)
+    if not structure_of:
         empty = np.zeros(0, dtype=np.int64)
         return PacedTransfers(np.zeros(0), empty, empty)
-    key_col, depth_col, pos_col, com_col, route_col = (np.concatenate(c) for c in columns)
+    key_col, depth_col, pos_col, com_col, route_col = _gathered(arrays, structure_of, due, commodity)
+    # Columns of (order key, depth, position in its structure, commodity, route), sorted
+    # in that order. Among equal keys a structure's own order decides before the
+    # commodity: replicated trees list a rank's children rotated by the rank's place, so
+    # that the sources of a switch do not all send to the same destination first.
     order = np.lexsort((route_col, com_col, pos_col, depth_col, key_col))
     return PacedTransfers(key_col[order], com_col[order], route_col[order])
+
+
+def _gathered(arrays: list[tuple[np.ndarray, ...]], structure_of: list[int], due: list[float],
+              commodity: list[int]) -> tuple[np.ndarray, ...]:
+    """Columns (order key, depth, position, commodity, route) of every commodity's
+    transfers, commodity after commodity: a commodity of structure s due at T seconds
+    has s's routes, depths and positions, and order keys T - tail - lead, route by route.
+    Gathered from the structures' arrays laid end to end, not an array per commodity
+    (4,096 commodities on the README's main job)."""
+    lengths = np.array([len(a[0]) for a in arrays], dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    route_flat, depth_flat, pos_flat, tail_flat, lead_flat = (np.concatenate([a[f] for a in arrays]) for f in range(5))
+    s = np.asarray(structure_of, dtype=np.int64)
+    per = lengths[s]  # transfers of each commodity
+    first = np.cumsum(per) - per  # where each commodity's transfers begin in the columns
+    at = np.repeat(offsets[s] - first, per) + np.arange(int(per.sum()), dtype=np.int64)
+    key_col = np.repeat(np.asarray(due, dtype=float), per) - tail_flat[at] - lead_flat[at]
+    return (key_col, depth_flat[at], pos_flat[at], np.repeat(np.asarray(commodity, dtype=np.int64), per),
+            route_flat[at])
 
 
 def _classes(problem: Problem) -> dict[tuple, list[int]]:
