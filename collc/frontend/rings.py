@@ -80,14 +80,18 @@ def _hamiltonian_cycle(out_adj: dict[int, list[int]], n: int) -> list[int] | Non
     greedy = _greedy_cycle(out_adj)
     if greedy is not None:
         return greedy
-    in_adj: dict[int, set[int]] = {v: set() for v in out_adj}
+    # Sets of GPUs as bit masks (bit v: GPU v), so that the viability check of each step
+    # is a few big-integer operations per GPU, not set intersections: on 1,024 GPUs
+    # (dgx_h100(nodes=128), about 134 hops a GPU) 8 ms a step as sets, most of a 9 s search.
+    out_mask = {a: _mask(bs) for a, bs in out_adj.items()}
+    in_mask = dict.fromkeys(out_adj, 0)
     for a, bs in out_adj.items():
         for b in bs:
-            in_adj[b].add(a)
-    out_sets = {a: set(bs) for a, bs in out_adj.items()}
+            in_mask[b] |= 1 << a
     start = 0
     path = [start]
     remaining = set(out_adj) - {start}
+    left = _mask(remaining)  # `remaining` as a mask
     stack = [iter(out_adj[start])]
     budget = SEARCH_BUDGET
     while stack:
@@ -99,23 +103,46 @@ def _hamiltonian_cycle(out_adj: dict[int, list[int]], n: int) -> list[int] | Non
             if budget < 0:
                 return None
             remaining.discard(nxt)
-            if _viable(nxt, start, remaining, in_adj, out_sets):
+            left &= ~(1 << nxt)
+            if _viable(nxt, start, remaining, left, in_mask, out_mask):
                 path.append(nxt)
                 if not remaining:
-                    if start in out_sets[nxt]:
+                    if (out_mask[nxt] >> start) & 1:
                         return path
                     path.pop()
                     remaining.add(nxt)
+                    left |= 1 << nxt
                     continue
                 stack.append(iter(out_adj[nxt]))
                 advanced = True
                 break
             remaining.add(nxt)
+            left |= 1 << nxt
         if not advanced:
             stack.pop()
             if len(path) > 1:
-                remaining.add(path.pop())
+                back = path.pop()
+                remaining.add(back)
+                left |= 1 << back
     return None
+
+
+def _mask(members) -> int:
+    """The bit mask of a collection of GPUs (bit v set for GPU v)."""
+    out = 0
+    for v in members:
+        out |= 1 << v
+    return out
+
+
+def _members(mask: int) -> list[int]:
+    """The GPUs of a bit mask, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
 
 
 def _greedy_cycle(out_adj: dict[int, list[int]]) -> list[int] | None:
@@ -123,7 +150,7 @@ def _greedy_cycle(out_adj: dict[int, list[int]]) -> list[int] | None:
     unvisited neighbour. If that closes into a cycle through every GPU, it is what the
     search returns (each prefix of a path that does close passes `_viable`, so the
     search takes the same first candidate at every step, at a budget of one per step)
-    without the search's O(GPUs) viability check per step (seconds at 1,024 GPUs)."""
+    without the search's O(GPUs) viability check per step."""
     if len(out_adj) - 1 > SEARCH_BUDGET:
         return None
     path = [0]
@@ -137,33 +164,34 @@ def _greedy_cycle(out_adj: dict[int, list[int]]) -> list[int] | None:
     return path if 0 in out_adj[path[-1]] else None
 
 
-def _viable(current: int, start: int, remaining: set[int], in_adj: dict[int, set[int]],
-            out_sets: dict[int, set[int]]) -> bool:
-    """Can the path still close? Every unvisited GPU needs a way in and a way out."""
-    if not remaining:
+def _viable(current: int, start: int, remaining: set[int], left: int, in_mask: dict[int, int],
+            out_mask: dict[int, int]) -> bool:
+    """Can the path still close? Every unvisited GPU (`remaining`; `left`, the same as a
+    mask) needs a way in and a way out. `in_mask[v]`, `out_mask[v]`: the GPUs with a hop
+    to v, and those v has a hop to."""
+    if not left:
         return True
-    if in_adj[start].isdisjoint(remaining):
+    if not in_mask[start] & left:
         return False
-    if out_sets[current].isdisjoint(remaining):
+    if not out_mask[current] & left:
         return False
-    enter = remaining | {current}
-    leave = remaining | {start}
+    enter = left | 1 << current
+    leave = left | 1 << start
     for u in remaining:
-        if in_adj[u].isdisjoint(enter) or out_sets[u].isdisjoint(leave):
+        if not in_mask[u] & enter or not out_mask[u] & leave:
             return False
     # Every unvisited GPU must still be reachable from the path's end through unvisited
     # GPUs (otherwise the path has walled part of the graph off).
-    seen = {current}
+    seen = 1 << current
     frontier = [current]
     while frontier:
-        nxt = []
+        reached = 0
         for v in frontier:
-            for w in out_sets[v]:
-                if w in remaining and w not in seen:
-                    seen.add(w)
-                    nxt.append(w)
-        frontier = nxt
-    return len(seen) == len(remaining) + 1
+            reached |= out_mask[v]
+        new = reached & left & ~seen
+        seen |= new
+        frontier = _members(new)
+    return seen == enter
 
 
 # Children a tree node takes before others are allowed more: NCCL's trees are binary.

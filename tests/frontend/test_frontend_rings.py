@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from collc.frontend import find_ring, resolve_topology
 from collc.frontend.rings import gpu_neighbours, ring_speed
@@ -128,3 +129,84 @@ def test_the_greedy_path_gives_up_where_it_cannot_close():
     # 0 -> 2 first reaches a dead end (2 -> 0 only); the cycle is 0, 1, 2.
     assert _greedy_cycle({0: [2, 1], 1: [2], 2: [0]}) is None
     assert _greedy_cycle({0: [1, 2], 1: [2], 2: [0]}) == [0, 1, 2]
+
+
+def _reference_search(out_adj, n):
+    """The ring search as it was written with sets (before bit masks): the same cycle,
+    or None, on any graph."""
+    from collc.frontend.rings import SEARCH_BUDGET, _greedy_cycle
+
+    greedy = _greedy_cycle(out_adj)
+    if greedy is not None:
+        return greedy
+    in_adj = {v: set() for v in out_adj}
+    for a, bs in out_adj.items():
+        for b in bs:
+            in_adj[b].add(a)
+    out_sets = {a: set(bs) for a, bs in out_adj.items()}
+
+    def viable(current, start, remaining):
+        if not remaining:
+            return True
+        if in_adj[start].isdisjoint(remaining) or out_sets[current].isdisjoint(remaining):
+            return False
+        enter, leave = remaining | {current}, remaining | {start}
+        if any(in_adj[u].isdisjoint(enter) or out_sets[u].isdisjoint(leave) for u in remaining):
+            return False
+        seen, frontier = {current}, [current]
+        while frontier:
+            frontier = [w for v in frontier for w in out_sets[v] if w in remaining and not (w in seen or seen.add(w))]
+        return len(seen) == len(remaining) + 1
+
+    path, remaining, stack, budget = [0], set(out_adj) - {0}, [iter(out_adj[0])], SEARCH_BUDGET
+    while stack:
+        advanced = False
+        for nxt in stack[-1]:
+            if nxt not in remaining:
+                continue
+            budget -= 1
+            if budget < 0:
+                return None
+            remaining.discard(nxt)
+            if viable(nxt, 0, remaining):
+                path.append(nxt)
+                if not remaining:
+                    if 0 in out_sets[nxt]:
+                        return path
+                    path.pop()
+                    remaining.add(nxt)
+                    continue
+                stack.append(iter(out_adj[nxt]))
+                advanced = True
+                break
+            remaining.add(nxt)
+        if not advanced:
+            stack.pop()
+            if len(path) > 1:
+                remaining.add(path.pop())
+    return None
+
+
+@given(st.integers(3, 11).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=4 * n))))
+@settings(max_examples=300, deadline=None)
+def test_the_search_on_bit_masks_finds_the_cycle_the_set_search_finds(graph):
+    """The search keeps its sets of GPUs as bit masks (fast at 1,024 GPUs); on random
+    directed graphs it returns what the same search over sets returns, cycle or None."""
+    from collc.frontend.rings import _hamiltonian_cycle
+
+    n, edges = graph
+    out_adj = {v: sorted({b for a, b in edges if a == v and b != v}) for v in range(n)}
+    assert _hamiltonian_cycle(out_adj, n) == _reference_search(out_adj, n)
+
+
+def test_the_ring_of_1024_h100s_keeps_to_nvlink_inside_each_node():
+    """dgx_h100(nodes=128): the greedy path cannot close, so the search runs (about 1,000
+    viability checks of 1,024 GPUs); it gives the ring through each node's eight GPUs
+    over NVLink and between nodes along a rail."""
+    topo = resolve_topology("dgx_h100(nodes=128)")
+    ring = find_ring(topo)
+    assert _is_cycle(ring, 1024) and ring_speed(topo, ring) == 50e9
+    assert ring[:10] == (0, 1, 2, 3, 4, 5, 6, 7, 15, 8)
+    crossings = [(a, b) for a, b in _hops(ring) if a // 8 != b // 8]
+    assert len(crossings) == 128 and all(a % 8 == b % 8 for a, b in crossings)
