@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+T = TypeVar("T")
 
 # Called with (units done, units in all) as units complete.
 Progress = Callable[[int, int], None]
@@ -84,3 +88,74 @@ def _run_dask(function: Callable[..., Any], units: Sequence[tuple], scheduler: A
     finally:
         if client is not scheduler:
             client.close()
+
+
+class InChild(Generic[T]):
+    """`function(*args)`, computed by a forked child process while this one goes on
+    (`in_child`). `result()` waits for it; where the child could not give it (it raised,
+    its value would not pickle, it was killed), this process computes it instead, so
+    the value, or the error raised, is the one a call here would give."""
+
+    def __init__(self, function: Callable[..., T], args: tuple, process: BaseProcess, reader: Connection):
+        self._function, self._args = function, args
+        self._process: BaseProcess | None = process
+        self._reader = reader
+        self._value: T | None = None
+
+    def result(self) -> T:
+        if self._process is not None:
+            try:
+                outcome = self._reader.recv()
+            except (EOFError, OSError):
+                outcome = None
+            finally:
+                self._end()
+            self._value = outcome[1] if outcome is not None and outcome[0] == "value" else self._function(*self._args)
+        return self._value  # type: ignore[return-value]
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (the value is no longer wanted)."""
+        if self._process is not None:
+            self._process.kill()
+            self._end()
+
+    def _end(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            self._reader.close()
+            process.join()
+
+
+def in_child(function: Callable[..., T], *args: Any) -> InChild[T] | None:
+    """`function(*args)` started in a forked child process, for work this process will
+    need later and can leave to another core meanwhile; None where that cannot be done
+    safely or would not pay: no fork on this system, fewer than two CPUs for this
+    process, or other threads running (a fork copies only the calling thread, and a
+    lock another one held stays locked in the child)."""
+    if local_workers() < 2 or threading.active_count() != 1:
+        return None
+    import multiprocessing  # here: most commands never start a child (see process_pool)
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    context = multiprocessing.get_context("fork")
+    reader, writer = context.Pipe(duplex=False)
+    # daemon: a child still running when this process exits is stopped, not waited for.
+    process = context.Process(target=_child_main, args=(writer, function, args), daemon=True,
+                              name="collc-in-child")
+    process.start()
+    writer.close()
+    return InChild(function, args, process, reader)
+
+
+def _child_main(writer: Connection, function: Callable[..., Any], args: tuple) -> None:
+    """The child of `in_child`: the value, or word that the parent must compute it."""
+    try:
+        outcome: tuple[str, Any] = ("value", function(*args))
+    except BaseException:  # the parent computes it again and raises the error itself
+        outcome = ("raised", None)
+    try:
+        writer.send(outcome)
+    except Exception:  # a value that does not pickle
+        writer.send(("raised", None))
+    writer.close()

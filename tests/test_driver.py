@@ -64,3 +64,35 @@ def test_a_reducescatter_refused_over_nodes_is_asked_for_flat(monkeypatch, tmp_p
     _, flat = produce_schedule(job, over_nodes=False)
     _, forced = produce_schedule(replace(job, pipeline="synthesize{chunks=1 nodes=on}"), over_nodes=False)
     assert "over_nodes" in auto and "over_nodes" not in flat and "over_nodes" in forced
+
+
+def test_bounds_and_baselines_from_a_child_process_give_the_same_report(monkeypatch, tmp_path):
+    """On large clusters the report's lower bounds and baselines are worked out in a
+    child process while the schedule is made: the same report and schedule as here."""
+    import json
+    import os
+
+    from collc import driver, parallel
+
+    monkeypatch.setattr(parallel, "local_workers", lambda: 2)
+    real = driver.request_figures
+    where = tmp_path / "pids"
+
+    def figures(job, with_baselines):
+        with open(where, "a") as f:  # from the child: its list would not reach this process
+            f.write(f"{os.getpid()}\n")
+        return real(job, with_baselines)
+
+    monkeypatch.setattr(driver, "request_figures", figures)
+    job = CompileJob(resolve_topology("dgx_h100(nodes=2)"), allgather(16), 1 << 20)
+    reports = {}
+    for threshold in (16, 10_000):
+        monkeypatch.setattr(driver, "FIGURES_IN_CHILD_RANKS", threshold)
+        out = tmp_path / f"{threshold}.json"
+        result = driver.compile_job_written_while_verified(job, "json", out)
+        reports[threshold] = {k: v for k, v in result.report.items() if k not in ("solver", "outputs")}
+        reports[threshold]["file"] = out.read_bytes()
+    assert reports[16] == reports[10_000]
+    assert reports[16]["baselines"] and reports[16]["lower_bounds"]["best_s"] > 0
+    pids = where.read_text().split()
+    assert len(pids) == 1 and int(pids[0]) != os.getpid()  # the first compile's, from a child
