@@ -130,14 +130,14 @@ def in_child(function: Callable[..., T], *args: Any) -> InChild[T] | None:
     """`function(*args)` started in a forked child process, for work this process will
     need later and can leave to another core meanwhile; None where that cannot be done
     safely or would not pay: no fork on this system, fewer than two CPUs for this
-    process, or other threads running (a fork copies only the calling thread, and a
-    lock another one held stays locked in the child)."""
+    process, other threads running (a fork copies only the calling thread, and a lock
+    another one held stays locked in the child), or this process a daemon."""
     if local_workers() < 2 or threading.active_count() != 1:
         return None
     import multiprocessing  # here: most commands never start a child (see process_pool)
 
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return None
+    if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.current_process().daemon:
+        return None  # (a daemon process, such as multiprocessing.Pool's worker, may not start children)
     context = multiprocessing.get_context("fork")
     reader, writer = context.Pipe(duplex=False)
     # daemon: a child still running when this process exits is stopped, not waited for.

@@ -122,3 +122,23 @@ def test_no_child_on_one_cpu_or_beside_other_threads(monkeypatch):
     finally:
         stop.set()
         other.join()
+
+
+def _child_from_a_daemon(writer) -> None:
+    from collc import parallel
+
+    parallel.local_workers = _cpus(2)  # this process's own copy of the module
+    writer.send(parallel.in_child(_pid_and_square, 3) is None)
+
+
+def test_a_daemon_process_starts_no_child():
+    # multiprocessing.Pool's workers (and any daemon process) may not have children.
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    reader, writer = context.Pipe(duplex=False)
+    daemon = context.Process(target=_child_from_a_daemon, args=(writer,), daemon=True)
+    daemon.start()
+    answered = reader.poll(30)  # a daemon that tried to start a child fails without a word
+    daemon.join()
+    assert answered and reader.recv() is True
