@@ -53,6 +53,7 @@ import numpy as np
 
 from collc.backends.msccl_xml.model import BufferName, StepType, XmlAlgo, XmlStep, XmlThreadblock
 from collc.ir.collective import ChunkId, Value, value_str
+from collc.ir.graphs import mask_members
 
 # Entries the searches' memos may hold in all (`Simulator.search`); past it they start
 # afresh (about 100 bytes an entry).
@@ -303,7 +304,7 @@ class ChunkCodec:
         if type(value) is tuple:
             index, mask = value  # type: ignore[misc]
             base = index << self.shift
-            return frozenset(base | r for r in _bits(mask))
+            return frozenset(base | r for r in mask_members(mask))
         return value  # type: ignore[return-value]
 
     def decode(self, value: Code) -> Value:
@@ -334,15 +335,6 @@ class ChunkCodec:
         if mask & (mask - 1):
             return (index, mask)
         return (index << self.shift) | (mask.bit_length() - 1)
-
-
-def _bits(mask: int) -> list[int]:
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
 
 
 # --- memory -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from functools import lru_cache
 
-from collc.ir.graphs import strongly_connected
+from collc.ir.graphs import mask_members, strongly_connected
 from collc.ir.topology import NodeKind, Topology
 
 # Extensions of a partial cycle the search may try per speed level before giving up.
@@ -135,16 +135,6 @@ def _mask(members) -> int:
     return out
 
 
-def _members(mask: int) -> list[int]:
-    """The GPUs of a bit mask, lowest first."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
-
-
 def _greedy_cycle(out_adj: dict[int, list[int]]) -> list[int] | None:
     """The search's first path when it never backtracks: from GPU 0, always the first
     unvisited neighbour. If that closes into a cycle through every GPU, it is what the
@@ -190,7 +180,7 @@ def _viable(current: int, start: int, remaining: set[int], left: int, in_mask: d
             reached |= out_mask[v]
         new = reached & left & ~seen
         seen |= new
-        frontier = _members(new)
+        frontier = mask_members(new)
     return seen == enter
 
 

@@ -1,6 +1,7 @@
 """Small graph searches on plain node lists, for the paths that must not pay for
 importing networkx (0.15-0.25 s of CPU, a tenth of the README's compile): connected
-components, strong connectivity and minimum cuts. The rarer searches (condensations of
+components, strong connectivity and minimum cuts; sets of small integers (node ids) as
+bit masks. The rarer searches (condensations of
 a network that is not strongly connected, all-pairs shortest paths) still use networkx,
 imported where they run."""
 
@@ -149,3 +150,14 @@ def _reaching(residual: dict[Node, dict[Node, float]], sink: Node) -> set[Node]:
             if room > 0.0:
                 into[v].append(u)
     return _reached(into, sink)
+
+
+def mask_members(mask: int) -> list[int]:
+    """The members of a set of non-negative integers held as a bit mask (bit v for v),
+    lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
