@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from functools import lru_cache
 
-from collc.ir.graphs import mask_members, strongly_connected
+from collc.ir.graphs import mask_members, mask_of, strongly_connected
 from collc.ir.topology import NodeKind, Topology
 
 # Extensions of a partial cycle the search may try per speed level before giving up.
@@ -83,7 +83,7 @@ def _hamiltonian_cycle(out_adj: dict[int, list[int]], n: int) -> list[int] | Non
     # Sets of GPUs as bit masks (bit v: GPU v), so that the viability check of each step
     # is a few big-integer operations per GPU, not set intersections: on 1,024 GPUs
     # (dgx_h100(nodes=128), about 134 hops a GPU) 8 ms a step as sets, most of a 9 s search.
-    out_mask = {a: _mask(bs) for a, bs in out_adj.items()}
+    out_mask = {a: mask_of(bs) for a, bs in out_adj.items()}
     in_mask = dict.fromkeys(out_adj, 0)
     for a, bs in out_adj.items():
         for b in bs:
@@ -91,7 +91,7 @@ def _hamiltonian_cycle(out_adj: dict[int, list[int]], n: int) -> list[int] | Non
     start = 0
     path = [start]
     remaining = set(out_adj) - {start}
-    left = _mask(remaining)  # `remaining` as a mask
+    left = mask_of(remaining)  # `remaining` as a mask
     stack = [iter(out_adj[start])]
     budget = SEARCH_BUDGET
     while stack:
@@ -125,14 +125,6 @@ def _hamiltonian_cycle(out_adj: dict[int, list[int]], n: int) -> list[int] | Non
                 remaining.add(back)
                 left |= 1 << back
     return None
-
-
-def _mask(members) -> int:
-    """The bit mask of a collection of GPUs (bit v set for GPU v)."""
-    out = 0
-    for v in members:
-        out |= 1 << v
-    return out
 
 
 def _greedy_cycle(out_adj: dict[int, list[int]]) -> list[int] | None:

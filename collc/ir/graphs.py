@@ -1,9 +1,8 @@
 """Small graph searches on plain node lists, for the paths that must not pay for
 importing networkx (0.15-0.25 s of CPU, a tenth of the README's compile): connected
-components, strong connectivity and minimum cuts; sets of small integers (node ids) as
-bit masks. The rarer searches (condensations of
-a network that is not strongly connected, all-pairs shortest paths) still use networkx,
-imported where they run."""
+components, strong connectivity and minimum cuts; and sets of node ids held as bit
+masks. The rarer searches (condensations of a network that is not strongly connected,
+all-pairs shortest paths) still use networkx, imported where they run."""
 
 from __future__ import annotations
 
@@ -150,6 +149,14 @@ def _reaching(residual: dict[Node, dict[Node, float]], sink: Node) -> set[Node]:
             if room > 0.0:
                 into[v].append(u)
     return _reached(into, sink)
+
+
+def mask_of(members: Iterable[int]) -> int:
+    """A set of non-negative integers as a bit mask (bit v for v)."""
+    out = 0
+    for v in members:
+        out |= 1 << v
+    return out
 
 
 def mask_members(mask: int) -> list[int]:
