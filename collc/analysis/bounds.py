@@ -121,6 +121,13 @@ class LowerBounds:
     cut_latency_s: float = 0.0
 
     @property
+    def bandwidth_s(self) -> float:
+        """The largest of the bounds from links' bandwidth alone (no latency): what a
+        fluid schedule, one that moves data at link rates without per-transfer costs,
+        cannot beat either."""
+        return max(self.ingress_s, self.egress_s, self.volume_s, self.cut_s)
+
+    @property
     def with_latency_s(self) -> float:
         """best_s, or the cut bound with latency windows where that is larger."""
         return max(self.best_s, self.cut_latency_s)

@@ -73,6 +73,15 @@ DIRECT_LEAD = 0.05
 # schedule by at least this share: both halves' pipeline fill and drain are left to
 # pay for (measured: 2.5-4% on dgx2(chassis=2)).
 MIN_PROMISE = 0.02
+# The direct AllReduce at k pieces per GPU's chunk, list-scheduled, took at least
+# 1 + PIECE_OVERHEAD / k times its joint LP's fluid time on every cluster measured (time
+# over fluid time, pieces): dgx2(chassis=2) 1.074 (16), 1.055 (24), 1.053 (28), 1.055
+# (32), 1.026 (48), 1.019 (64), 1.010 (128) at 1 GiB; dgx_h100(nodes=2) 1.123 (16), 1.086
+# (32) at 1 GiB, 1.092 (64), 1.072 (128) at 64 MiB; dgx_h100(nodes=8) 1.311 (8), 1.687 (4). The fluid time is at
+# least the bandwidth bound, so where the bound times 1 + PIECE_OVERHEAD / (most pieces)
+# is not below the composition's time, the direct AllReduce cannot win, and its joint
+# LP (on dgx_h100(nodes=8), 64 GPUs, most of a 280 s compile) is not solved.
+PIECE_OVERHEAD = 1.0
 # Share of every GPU's pieces, at each end of the pipeline, that runs on its half's own
 # trees (module docstring). dgx2(chassis=2), 1 GiB, the model's time over the bound by
 # pieces at each end:
@@ -298,14 +307,21 @@ def keep_better(composed: Candidate, topology: Topology, forward: Network, backw
     """The composed AllReduce, or the direct one where that is faster under the model.
 
     The direct one is tried only where the composition is further than the tolerance
-    from the lower bound and the joint LP's time promises at least MIN_PROMISE less;
-    every decision follows modelled times, so the answer does not depend on the
-    machine. Recorded in the plan's facts either way."""
+    from the lower bound, where its pipeline at the most pieces the op budget allows is
+    predicted to be faster (PIECE_OVERHEAD), and where the joint LP's time promises at
+    least MIN_PROMISE less; every decision follows modelled times, so the answer does
+    not depend on the machine. Recorded in the plan's facts either way."""
     if options.method not in (Method.AUTO, Method.STEADY) or deadline.fired():
         return composed
-    bound = lower_bounds(topology, collective, size_bytes).best_s
+    bounds = lower_bounds(topology, collective, size_bytes)
+    bound = bounds.best_s
     if composed.estimate_s <= bound * (1 + options.tolerance):
         return composed
+    most = max(piece_counts(collective, size_bytes, options))
+    floor = bounds.bandwidth_s * (1 + PIECE_OVERHEAD / most)
+    if floor >= composed.estimate_s:
+        facts = {"direct_floor_s": floor, "composed_estimate_s": composed.estimate_s, "allreduce": "composed"}
+        return replace(composed, plan=replace(composed.plan, facts={**composed.plan.facts, **facts}))
     try:
         rates = joint_rates(forward, backward, collective, size_bytes, options, deadline, progress)
     except (NotApplicable, SolverError):

@@ -167,6 +167,22 @@ def test_synthesis_keeps_the_direct_allreduce_where_it_beats_the_composition(dgx
     assert simulate(result.schedule, topo, GIB).time_s == pytest.approx(result.estimate_s, rel=1e-9)
 
 
+def test_the_direct_allreduce_is_not_tried_where_its_most_pieces_cannot_beat_the_composition(dgx2, eight_pieces):
+    topo, coll, *_, bound = dgx2
+    # A budget of 8 pieces: 2 x 32 x 31 x 8 = 15,872 ops (16 would need 31,744).
+    options = replace(OPTIONS, max_ops=20_000)
+    assert direct.piece_counts(coll, GIB, options) == [8, 4]
+    result = synthesize(topo, coll, GIB, options)
+    facts = result.facts
+    assert facts["allreduce"] == "composed"
+    assert "direct_fluid_s" not in facts and "direct_tried" not in facts  # its LP was not solved
+    assert facts["direct_floor_s"] == pytest.approx(bound * (1 + direct.PIECE_OVERHEAD / 8), rel=1e-9)
+    assert result.estimate_s <= facts["direct_floor_s"]
+    # What the prediction stands for: the direct AllReduce at 8 pieces is above the floor
+    # and slower than the composition that was kept.
+    assert eight_pieces.estimate_s >= facts["direct_floor_s"] > result.estimate_s
+
+
 def test_the_direct_allreduce_is_not_tried_where_the_composition_is_within_tolerance():
     topo = dgx1()
     coll = standard("allreduce", topo.num_ranks, 1)
