@@ -266,13 +266,25 @@ def _chain_uses(chains: list[list[int]], chain_of: np.ndarray, conn: np.ndarray,
     return [_Uses(items[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
 
 
+@dataclass(frozen=True)
+class Crowded:
+    """A placement that gives GPU `rank` more threadblocks (`threadblocks`) than the
+    caller allows, found as soon as its threadblocks are laid out."""
+
+    rank: int
+    threadblocks: int
+
+
 def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ...], ranks: int, instances: int,
                       c: int, max_steps: int, candidates: Sequence[tuple[int, int]] | None = None,
-                      cache: PlanCache | None = None) -> TbPlan | None:
+                      cache: PlanCache | None = None, most_threadblocks: int = 0) -> TbPlan | Crowded | None:
     """Threadblocks for every rank with `c` channels per instance, or None when the
     per-channel limits cannot hold. `candidates`: the halves' fusion candidates, where
     the caller has them (they do not depend on the channel count); `cache`: a PlanCache
-    of these halves and candidates, where the caller tries several counts."""
+    of these halves and candidates, where the caller tries several counts. Where a GPU
+    gets more than `most_threadblocks` (0: any number), the first such GPU is returned
+    as `Crowded` before the threadblocks are ordered and measured (of a spread placement
+    on a GPU with dozens of peers that is dropped for a packed one, a fifth of its cost)."""
     if candidates is None:
         candidates = fusion_candidates(halves, preds)
     if cache is None:
@@ -286,6 +298,10 @@ def plan_threadblocks(halves: tuple[Half, ...], preds: tuple[tuple[int, ...], ..
     per_rank = _build(preds, chans, ranks, c, max_steps, cache)
     if per_rank is None:
         return None
+    if most_threadblocks:
+        most, first = max((len(tbs), -r) for r, tbs in enumerate(per_rank))
+        if most > most_threadblocks:
+            return Crowded(-first, most)
     rank, steps, tb = _largest(per_rank, cache)
     return TbPlan(c, tuple(_finish(tbs, cache.place_array, cache.single_steps) for tbs in per_rank), steps,
                   f"GPU {rank}'s threadblock (send {tb.send}, recv {tb.recv}, channel {tb.chan})")

@@ -17,7 +17,7 @@ import numpy as np
 
 from collc.backends.msccl_xml import slots
 from collc.backends.msccl_xml.channels import (
-    MAX_CHANNELS, MAX_TBS_PER_CHANNEL, PlanCache, TbPlan, channel_counts, check_counts, plan_compact,
+    Crowded, MAX_CHANNELS, MAX_TBS_PER_CHANNEL, PlanCache, TbPlan, channel_counts, check_counts, plan_compact,
     plan_threadblocks,
 )
 from collc.backends.msccl_xml.dependencies import ordered_lengths, ordered_lengths_within
@@ -72,14 +72,13 @@ def assign_threadblocks(schedule: Schedule, *, instances: int = 1, inplace: bool
         if cache is None:
             cache = PlanCache(split.halves, split.candidates, split.places, split.arrays, matchings)
         plan = plan_threadblocks(split.halves, split.preds, coll.ranks, instances, c, max_steps,
-                                 split.candidates, cache)
+                                 split.candidates, cache, resident_threadblocks(sms) if sms else 0)
         if plan is None:
             continue
-        if sms:
-            excess = _crowded(plan, sms)
-            if excess is not None:
-                crowded = f"with {c} channel(s) per instance {excess}"
-                break
+        if isinstance(plan, Crowded):
+            crowded = (f"with {c} channel(s) per instance GPU {plan.rank} needs "
+                       f"{threadblock_excess(plan.threadblocks, sms)}")
+            break
         if plan.least_steps > max_steps:
             missed.append((c, (plan.least_steps, plan.longest)))
             continue
@@ -181,13 +180,6 @@ def _most_threadblocks(plan: TbPlan) -> tuple[int, int]:
     """(threadblocks, rank) of the first GPU with the most threadblocks."""
     most, rank = max((len(tbs), -r) for r, tbs in enumerate(plan.tbs))
     return most, -rank
-
-
-def _crowded(plan: TbPlan, sms: int) -> str | None:
-    """Why the plan gives some GPU more threadblocks than can be resident, or None."""
-    most, rank = _most_threadblocks(plan)
-    excess = threadblock_excess(most, sms)
-    return None if excess is None else f"GPU {rank} needs {excess}"
 
 
 def _compact(schedule: Schedule, split, cache: PlanCache, instances: int, inplace: bool, max_steps: int,

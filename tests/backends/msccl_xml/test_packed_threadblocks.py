@@ -16,7 +16,8 @@ from xml_checks import check_structure
 from collc import frontend
 from collc.backends import BackendOptions, get_backend
 from collc.backends.msccl_xml.lowering import lowered_algo
-from collc.backends.msccl_xml.channels import MAX_TBS_PER_CHANNEL, PlanCache, plan_compact
+from collc.backends.msccl_xml.channels import (MAX_TBS_PER_CHANNEL, Crowded, PlanCache, plan_compact,
+                                               plan_threadblocks)
 from collc.backends.msccl_xml.halves import split_schedule
 from collc.backends.msccl_xml.program import HalfKind
 from collc.backends.msccl_xml.limits import LimitError
@@ -48,6 +49,21 @@ def test_spread_fits_where_the_sms_allow_and_is_kept(alltoall32):
     assert max(len(g.tbs) for g in spread.gpus) == 18
     same = assign_threadblocks(alltoall32.schedule, sms=20)
     assert [g.tbs for g in same.gpus] == [g.tbs for g in spread.gpus]
+
+
+def test_a_spread_placement_over_a_limit_is_told_before_it_is_finished(alltoall32):
+    split = split_schedule(alltoall32.schedule)
+    cache = PlanCache(split.halves, split.candidates, split.places, split.arrays)
+    ranks = alltoall32.schedule.collective.ranks
+    plan = plan_threadblocks(split.halves, split.preds, ranks, 1, 1, 64, split.candidates, cache)
+    counts = [len(tbs) for tbs in plan.tbs]
+    most = max(counts)
+    assert most == 18
+    # Over the limit: the first GPU with the most threadblocks, as the finished plan has it.
+    crowded = plan_threadblocks(split.halves, split.preds, ranks, 1, 1, 64, split.candidates, cache, most - 1)
+    assert crowded == Crowded(counts.index(most), most)
+    # At the limit: the same plan as without one.
+    assert plan_threadblocks(split.halves, split.preds, ranks, 1, 1, 64, split.candidates, cache, most) == plan
 
 
 def test_packed_when_spread_exceeds_the_resident_threadblocks(alltoall32):
