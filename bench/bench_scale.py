@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -54,23 +53,35 @@ compile allgather on big() size 1 MiB;
 
 
 def run(args: list[str], cwd: Path, timeout: float) -> dict:
-    """One `collc` process: seconds, peak MiB, exit status (None: timed out)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before, cpu0 = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "collc", *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
-        status: int | None = proc.returncode
-        tail = (proc.stderr or proc.stdout)[-300:]
-    except subprocess.TimeoutExpired:
-        status, tail = None, f"timed out after {timeout:.0f} s"
-    seconds = time.perf_counter() - t0
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # ru_maxrss is the largest child so far (KiB on Linux): exact when it grew, a bound otherwise.
-    # CPU seconds (user + system) say more than wall time on a shared machine.
-    return {"seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime - cpu0, 2),
-            "peak_mib": round(max(usage.ru_maxrss, before) / 1024), "status": status,
+    """One `collc` process: seconds, CPU seconds, peak MiB, exit status (None: timed out).
+
+    The process is reaped with `os.wait4`, whose resource usage is that process's own
+    (with the children it waited for): its peak memory is exact for every case, where
+    the largest child so far (RUSAGE_CHILDREN) repeated an earlier, larger case's peak."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "collc", *args], cwd=cwd, stdout=out, stderr=err, text=True)
+        timed_out = False
+        while True:
+            pid, wait_status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - t0 > timeout:
+                proc.kill()
+                _, wait_status, usage = os.wait4(proc.pid, 0)
+                timed_out = True
+                break
+            time.sleep(0.02)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here, not by Popen
+        out.seek(0)
+        err.seek(0)
+        status: int | None = None if timed_out else proc.returncode
+        tail = f"timed out after {timeout:.0f} s" if timed_out else (err.read() or out.read())[-300:]
+    # ru_maxrss is in KiB on Linux. CPU seconds (user + system) say more than wall time
+    # on a shared machine.
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_mib": round(usage.ru_maxrss / 1024), "status": status,
             "tail": tail if status else ""}
 
 
