@@ -181,7 +181,7 @@ class OrbitRows:
 
 
 def orbit_rows(net: Network, sym: Symmetry) -> OrbitRows:
-    orbit_of = _link_orbits(sym.link_map)
+    orbit_of = link_orbits(sym.link_map)
     used = sorted(set(net.used_links))
     orbit_ids = sorted({int(orbit_of[l]) for l in used})
     row_of_orbit = {o: i for i, o in enumerate(orbit_ids)}
@@ -223,23 +223,31 @@ def peer_mask(sym: Symmetry, max_peers: int, route_src: np.ndarray, route_dst: n
     return allowed
 
 
-def _link_orbits(link_map: np.ndarray) -> np.ndarray:
-    """The smallest link of each link's orbit under the automorphisms in link_map."""
+def link_orbits(link_map: np.ndarray) -> np.ndarray:
+    """The smallest link of each link's orbit under the automorphisms in link_map (one
+    row per automorphism: the link each link maps to).
+
+    The orbits are the connected components of the links joined to their images, found
+    on arrays: every link takes the smallest label among its neighbours', then jumps to
+    its label's label, until nothing changes (a union-find in Python over 256 GPUs'
+    links and automorphisms took 4% of an AllReduce's compile)."""
     n = link_map.shape[1]
-    parent = np.arange(n)
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for row in link_map:
-        for a, b in zip(range(n), row.tolist()):
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-    return np.array([find(x) for x in range(n)])
+    src = np.tile(np.arange(n, dtype=np.int64), link_map.shape[0])
+    dst = np.asarray(link_map, dtype=np.int64).reshape(-1)
+    label = np.arange(n, dtype=np.int64)
+    while True:
+        least = np.minimum(label[src], label[dst])
+        new = label.copy()
+        np.minimum.at(new, src, least)
+        np.minimum.at(new, dst, least)
+        while True:  # every link to the smallest label along its chain of labels
+            jumped = new[new]
+            if np.array_equal(jumped, new):
+                break
+            new = jumped
+        if np.array_equal(new, label):
+            return label
+        label = new
 
 
 def arborescence(net: Network, nodes: tuple[int, ...], route_cost: np.ndarray, route_src: np.ndarray,

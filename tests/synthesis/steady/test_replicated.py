@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import topos
+from hypothesis import given, settings, strategies as st
 
 from collc.analysis import bounds
 from collc.analysis.symmetry import generators
@@ -20,6 +21,7 @@ from collc.synthesis.progress import Progress
 from collc.synthesis.solver import Deadline, SolverOptions
 from collc.synthesis.steady.pipelining import pipelined_plan
 from collc.synthesis.steady.rates import _replicated_rates
+from collc.synthesis.steady.replicated import link_orbits
 from collc.synthesis.steady.trees import tree_rates
 from collc.synthesis.symmetry import find_symmetry
 from collc.synthesis.timing import DEFAULT_MODEL
@@ -135,3 +137,38 @@ def test_peer_mask_allows_small_shifts_and_multiples_of_the_root():
     # ceil(sqrt(16)) = 4: shifts 0-3 and 4, 8, 12 are allowed; 5-7, 9-11, 13-15 are not.
     assert set(delta[ok].tolist()) == {0, 1, 2, 3, 4, 8, 12}
     assert not ok[np.isin(delta, [5, 6, 7, 9, 10, 11, 13, 14, 15])].any()
+
+
+def _orbits_by_union_find(link_map: np.ndarray) -> list[int]:
+    """The reference: a union-find over every (link, image) pair, each set named by its
+    smallest link."""
+    parent = list(range(link_map.shape[1]))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for row in link_map.tolist():
+        for a, b in enumerate(row):
+            ra, rb = find(a), find(b)
+            parent[max(ra, rb)] = min(ra, rb)
+    return [find(x) for x in range(link_map.shape[1])]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40).flatmap(lambda n: st.lists(st.permutations(range(n)), min_size=1, max_size=4)))
+def test_link_orbits_are_the_components_of_links_and_their_images(perms):
+    link_map = np.array(perms, dtype=np.int64)
+    assert link_orbits(link_map).tolist() == _orbits_by_union_find(link_map)
+
+
+def test_link_orbits_of_a_cluster_join_alike_links_only():
+    net = Network(topos.dgx_h100(4))
+    sym = find_symmetry(net)
+    orbit = link_orbits(sym.link_map)
+    assert orbit.tolist() == _orbits_by_union_find(sym.link_map)
+    assert 1 < len(set(orbit.tolist())) < len(net.links)
+    for l, o in enumerate(orbit.tolist()):
+        a, b = net.links[l], net.links[o]
+        assert o <= l and (a.bandwidth, a.latency) == (b.bandwidth, b.latency)
