@@ -77,10 +77,13 @@ MIN_PROMISE = 0.02
 # 1 + PIECE_OVERHEAD / k times its joint LP's fluid time on every cluster measured (time
 # over fluid time, pieces): dgx2(chassis=2) 1.074 (16), 1.055 (24), 1.053 (28), 1.055
 # (32), 1.026 (48), 1.019 (64), 1.010 (128) at 1 GiB; dgx_h100(nodes=2) 1.123 (16), 1.086
-# (32) at 1 GiB, 1.092 (64), 1.072 (128) at 64 MiB; dgx_h100(nodes=8) 1.311 (8), 1.687 (4). The fluid time is at
-# least the bandwidth bound, so where the bound times 1 + PIECE_OVERHEAD / (most pieces)
-# is not below the composition's time, the direct AllReduce cannot win, and its joint
-# LP (on dgx_h100(nodes=8), 64 GPUs, most of a 280 s compile) is not solved.
+# (32) at 1 GiB, 1.092 (64), 1.072 (128) at 64 MiB; dgx_h100(nodes=8) 1.311 (8), 1.687 (4);
+# and further above at 1-16 MiB, where latency weighs more (dgx2(chassis=2) 3.237 (1),
+# 2.093 (2), 1.611 (4), 1.122 (16); dgx_h100(nodes=2) 6.321 (1), 3.149 (4), 1.927 (8),
+# 1.246 (16), 1.337 (32)). The fluid time is at least the bandwidth bound, so where the
+# bound times 1 + PIECE_OVERHEAD / (most pieces) is not below the composition's time, the
+# direct AllReduce cannot win, and its joint LP (on dgx_h100(nodes=8), 64 GPUs, most of a
+# 280 s compile) is not solved.
 PIECE_OVERHEAD = 1.0
 # Share of every GPU's pieces, at each end of the pipeline, that runs on its half's own
 # trees (module docstring). dgx2(chassis=2), 1 GiB, the model's time over the bound by
