@@ -7,7 +7,7 @@ a circle; it only hides it from Python until the function runs). The rules, in t
 
 | layer | packages and modules | may import |
 |---|---|---|
-| 0 foundation | collc (version), diagnostics, units, limits, io, native_output, jsontext, parallel, idle, grammar, stdlib | 0 |
+| 0 foundation | collc (version), diagnostics, units, limits, io, native_output, jsontext, parallel, idle, memory, grammar, stdlib | 0 |
 | 1 ir | ir | 0-1 |
 | 2 ir services | verify, passes.base (the pass framework: registry, pipeline text, compile unit) | 0-2 |
 | 3 frontend | frontend | 0-3 |
@@ -47,7 +47,7 @@ SOURCE_ROOTS: dict[str, Path] = {
 # (layer number, name, module prefixes): a module belongs to the layer of its longest prefix.
 LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     (0, "foundation", ("collc", "collc.diagnostics", "collc.units", "collc.limits", "collc.io", "collc.native_output",
-                       "collc.jsontext", "collc.parallel", "collc.idle",
+                       "collc.jsontext", "collc.parallel", "collc.idle", "collc.memory",
                        "collc.grammar", "collc.stdlib")),
     (1, "ir", ("collc.ir",)),
     (2, "ir services", ("collc.verify", "collc.passes.base")),

@@ -88,6 +88,10 @@ def _check_parent(path: Path, flag: str) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from collc.memory import reuse_freed_memory
+
+    # Before NumPy's first import: the columns' arrays are made and dropped by the dozen.
+    reuse_freed_memory()
     from collc.io import atomic_write
     from collc.profile.mix import build_mix
     from collc.traces.sources import read_traces
