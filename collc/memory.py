@@ -18,7 +18,10 @@ above `KEEP_FREED_BYTES` free at the heap's top). Outputs are the same: only whe
 memory comes from changes.
 
 For a process, and only where the C library is glibc (elsewhere the call changes
-nothing and says so); forked workers inherit the setting.
+nothing and says so); forked workers inherit the setting. A user who tunes glibc's
+allocator (`MALLOC_MMAP_MAX_`, `MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, or
+`glibc.malloc.*` in `GLIBC_TUNABLES`: say, `MALLOC_TRIM_THRESHOLD_=0` to trade the time
+back for the smaller peak) keeps that tuning: the allocator is then left alone.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ _M_MMAP_MAX = -4
 KEEP_FREED_BYTES = 2 ** 31 - 1
 # Read by NumPy when it is first imported (a value the user set is kept).
 NUMPY_HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
+# glibc's own ways to tune its allocator at start-up: where one is set, it is not overridden.
+MALLOC_TUNING_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
 
 
 def reuse_freed_memory() -> bool:
@@ -40,7 +45,7 @@ def reuse_freed_memory() -> bool:
     before NumPy is first imported, or its huge-page request stays as it was. Returns
     whether the C allocator took the setting."""
     os.environ.setdefault(NUMPY_HUGEPAGE_ENV, "0")
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or allocator_tuned_by_user():
         return False
     import ctypes   # here: ~5 ms that commands which never call this do without
 
@@ -52,3 +57,9 @@ def reuse_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     # glibc returns 1 where it took a value; musl's mallopt is a stub that returns 0.
     return mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES) == 1
+
+
+def allocator_tuned_by_user() -> bool:
+    """Whether this process was started with glibc's allocator tuned by its environment."""
+    return any(name in os.environ for name in MALLOC_TUNING_ENV) \
+        or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")

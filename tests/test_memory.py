@@ -35,7 +35,8 @@ print(json.dumps({"took": took, "faults": faults, "hugepage": bool(multiarray._g
 
 
 def _run(mode: str, **env: str) -> dict:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "NUMPY_MADVISE"))}
+    environment = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("MALLOC_", "NUMPY_MADVISE", "GLIBC_TUNABLES"))}
     out = subprocess.run([sys.executable, "-c", REUSE, mode], capture_output=True, text=True, check=True,
                          env={**environment, **env})
     return json.loads(out.stdout)
@@ -56,3 +57,11 @@ def test_numpy_is_told_not_to_ask_for_huge_pages():
 
 def test_a_value_the_user_set_is_kept():
     assert _run("on", NUMPY_MADVISE_HUGEPAGE="1")["hugepage"] is True
+
+
+@glibc
+@pytest.mark.parametrize("tuning", [{"MALLOC_TRIM_THRESHOLD_": "0"}, {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}])
+def test_an_allocator_the_user_tuned_is_left_alone(tuning):
+    on = _run("on", **tuning)
+    assert on["took"] is False
+    assert on["faults"] > (64 << 20) // os.sysconf("SC_PAGE_SIZE") // 2   # freed memory given back, as asked
