@@ -6,8 +6,8 @@ calls makes and drops dozens of them one after another. By default each such arr
 a fresh mapping from the kernel (glibc serves blocks above its mmap threshold, at most
 32 MiB, with mmap and unmaps them when freed), and NumPy asks for transparent huge pages
 on every large array. Every page of a fresh mapping is zeroed by the kernel on first
-touch: measured with perf on 8 such logs, the reading process spent 45% of its time in
-the kernel's page zeroing, and on 64 logs 63%; it is the serial part of the command.
+touch: measured with perf on 8 such logs, 45% of the reading process's samples were in
+the kernel's page zeroing, and on 64 logs 63%; that process is the command's serial part.
 
 `reuse_freed_memory()` makes the allocator keep freed blocks and serve large ones from
 its heap, so a block freed by one step is reused by the next without a fault, and tells
@@ -55,7 +55,7 @@ def reuse_freed_memory() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    # glibc returns 1 where it took a value; musl's mallopt is a stub that returns 0.
+    # glibc returns 1 where it took a value; a C library whose mallopt takes nothing returns 0.
     return mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES) == 1
 
 
