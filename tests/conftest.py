@@ -32,3 +32,18 @@ def pytest_collection_modifyitems(config, items):
     worker processes (pytest-xdist) the tests are handed out in this order, so each
     worker runs its Dask tests last."""
     items.sort(key=lambda item: item.get_closest_marker("dask") is not None)
+
+
+import pytest  # noqa: E402  (after the settings above, as the rest of this file)
+
+
+@pytest.fixture(autouse=True)
+def allocator_calls(monkeypatch) -> list[str]:
+    """`collc profile` run in the test process would change that process's C allocator
+    for the rest of the suite (`collc.memory`): its call is recorded here instead.
+    tests/test_memory.py checks the real one, each case in a fresh process."""
+    import collc.memory
+
+    calls: list[str] = []
+    monkeypatch.setattr(collc.memory, "reuse_freed_memory", lambda: calls.append("reuse_freed_memory") or False)
+    return calls

@@ -52,6 +52,12 @@ def test_kineto_sample_json(tmp_path, capsys):
     assert "ranks combined:" in text and "Collective mix, biggest time first" in text
 
 
+def test_the_command_keeps_freed_memory_for_reuse(tmp_path, capsys, allocator_calls):
+    # Asked once, before any reading (tests/test_memory.py checks what the call does).
+    code, _, _ = run(capsys, sample(KINETO), "--json", tmp_path / "mix.json")
+    assert code == 0 and allocator_calls == ["reuse_freed_memory"]
+
+
 def test_nccl_log_sample_untimed(tmp_path, capsys):
     out = tmp_path / "mix.json"
     code, text, _ = run(capsys, sample(NCCL_LOG, LOGS), "--json", out, "--nccl-tests")
