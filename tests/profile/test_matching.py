@@ -1,11 +1,13 @@
-"""Numbering keys by counting gives np.unique's answer."""
+"""Numbering keys by counting gives np.unique's answer; packed keys are equal exactly where their columns are."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from collc.profile.matching import first_ids, unique_first
+from collc.profile.matching import dense_key, first_ids, unique_first
 
 
 @pytest.mark.parametrize("key", [
@@ -27,3 +29,35 @@ def test_unique_first_is_np_unique(key):
 def test_first_ids_number_in_order_of_first_occurrence():
     ids, firsts = first_ids(np.array([9, 4, 9, 0, 4], dtype=np.int64))
     assert ids.tolist() == [0, 1, 0, 2, 1] and firsts.tolist() == [0, 1, 3]
+
+
+def _columns(draw_ints, n: int, dtypes: list[str]) -> list[np.ndarray]:
+    out = []
+    for k, dtype in enumerate(dtypes):
+        values = draw_ints[k * n:(k + 1) * n]
+        if dtype == "bool":
+            out.append(np.array([v % 2 == 1 for v in values], dtype=bool))
+        elif dtype == "object":                       # Python ints in an object array
+            out.append(np.array(values, dtype=object))
+        else:
+            info = np.iinfo(dtype)
+            out.append(np.array([min(max(v, info.min), info.max) for v in values], dtype=dtype))
+    return out
+
+
+@given(st.integers(1, 40), st.lists(st.sampled_from(["bool", "int32", "int64", "uint32", "uint8", "object"]),
+                                    min_size=1, max_size=6), st.data())
+def test_dense_key_equal_exactly_where_every_column_is(n, dtypes, data):
+    # Wide values force the renumbering where the packed key would pass 62 bits.
+    ints = data.draw(st.lists(st.integers(-(1 << 40), 1 << 40) | st.integers(-3, 3),
+                              min_size=n * len(dtypes), max_size=n * len(dtypes)))
+    columns = _columns(ints, n, dtypes)
+    kept = [c.copy() for c in columns]
+    key = dense_key(iter(columns), n)
+    assert key.dtype == np.int64 and len(key) == n
+    rows = list(zip(*(c.tolist() for c in columns)))
+    for i in range(n):
+        for j in range(n):
+            assert (key[i] == key[j]) == (rows[i] == rows[j])
+    for c, k in zip(columns, kept):                   # the caller's columns are left as they were
+        assert c.dtype == k.dtype and c.tolist() == k.tolist()
