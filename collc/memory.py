@@ -12,9 +12,9 @@ the kernel's page zeroing, and on 64 logs 63%; that process is the command's ser
 `reuse_freed_memory()` makes the allocator keep freed blocks and serve large ones from
 its heap, so a block freed by one step is reused by the next without a fault, and tells
 NumPy not to ask for huge pages (fewer faults, but each zeroes 2 MiB). On the 64 logs
-(`bench/bench_profile_command.py`): 70.0 -> 56.2 s wall, the reading process's peak
-5.8 -> 6.5 GB (freed blocks are held rather than returned; trimming still happens
-above `KEEP_FREED_BYTES` free at the heap's top). Outputs are the same: only where
+(`bench/bench_profile_command.py`): 70.0 -> 56.2 s wall (0.79-0.91 in five pairs), the
+reading process's peak 12-22% higher (freed blocks are held rather than returned;
+trimming still happens above `KEEP_FREED_BYTES` free at the heap's top). Outputs are the same: only where
 memory comes from changes.
 
 For a process, and only where the C library is glibc (elsewhere the call changes
