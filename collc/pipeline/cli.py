@@ -135,6 +135,11 @@ def check_pipeline_file(spec: str) -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
+    from collc.memory import reuse_freed_memory
+
+    # Before NumPy's first import: a long pipeline's timeline is laid out in rounds of
+    # array operations, each making and dropping arrays of every action.
+    reuse_freed_memory()
     from collc.frontend.specs import resolve_pipeline
     from collc.pipeline import render
     from collc.pipeline.csv_format import format_order
