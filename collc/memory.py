@@ -9,6 +9,10 @@ on every large array. Every page of a fresh mapping is zeroed by the kernel on f
 touch: measured with perf on 8 such logs, 45% of the reading process's samples were in
 the kernel's page zeroing, and on 64 logs 63%; that process is the command's serial part.
 
+`collc pipeline` lays out a long pipeline's timeline in rounds of array operations the
+same way (1,000 stages x 1,000 micro-batches: 0.90 of the wall time with this, the peak
+12% higher).
+
 `reuse_freed_memory()` makes the allocator keep freed blocks and serve large ones from
 its heap, so a block freed by one step is reused by the next without a fault, and tells
 NumPy not to ask for huge pages (fewer faults, but each zeroes 2 MiB). On the 64 logs
