@@ -113,3 +113,9 @@ def test_collc_bubbles_reads_free_memory_from_memory_events(tmp_path, capsys):
     assert longest["cause"] == "gradient" and longest["nccl_covered_us"] == 11896.0
     assert longest["free_bytes"] == 34089730048 - 12782141440
     assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_pipeline_keeps_freed_memory_for_reuse(tmp_path, allocator_calls, capsys):
+    # Asked once, before the timeline's arrays (tests/test_memory.py checks what the call does).
+    assert main(["pipeline", str(EXAMPLE), "--no-synthesis", "--report", str(tmp_path / "r.json")]) == 0
+    assert allocator_calls == ["reuse_freed_memory"]
