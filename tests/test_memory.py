@@ -29,7 +29,10 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 block = b"\\x02" * (64 << 20)
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 import numpy
-from numpy._core import multiarray
+try:
+    from numpy._core import multiarray      # NumPy 2
+except ImportError:
+    from numpy.core import multiarray       # NumPy 1.x, which pyproject allows
 print(json.dumps({"took": took, "faults": faults, "hugepage": bool(multiarray._get_madvise_hugepage())}))
 """
 
