@@ -30,7 +30,8 @@ class Collected:
         self.shapes: list[tuple] = []          # every shape seen, never forgotten (the records point into it)
         self.shape = array("q")                # per COLL line: its shape's index in `shapes`
         self.line = array("q")
-        self.seq: list[int] = []
+        # opCounts as 64-bit words, or Python ints once one is wider (NCCL's are 64-bit).
+        self.seq: array | list[int] = array("Q")
         self.stamp: list[float | None] | None = None     # None while no line had a timestamp
         self.tuned: dict[int, int] = {}        # record -> its (algorithm, protocol)'s index in `tunings`
         self.tunings: dict[tuple[str, str], int] = {}
@@ -54,6 +55,24 @@ class Collected:
         """The scan's shape table was cleared (`State.trim`): its indices start again."""
         self._table, self._index = None, []
 
+    def add_seqs(self, seqs) -> None:
+        """Append opCounts (an array("Q") from a worker, or a list)."""
+        if type(self.seq) is array:
+            before = len(self.seq)
+            try:
+                self.seq.extend(seqs)
+                return
+            except (OverflowError, TypeError):     # a wider opCount: what went in is taken out
+                del self.seq[before:]
+                self.seq = self.seq.tolist()
+        self.seq.extend(seqs)
+
+    def add_seq(self, seq: int) -> None:
+        if type(self.seq) is array and 0 <= seq < 1 << 64:
+            self.seq.append(seq)
+        else:
+            self.add_seqs((seq,))
+
     def tuning(self, algorithm: str, protocol: str) -> int:
         pair = (algorithm, protocol)
         index = self.tunings.get(pair)
@@ -76,10 +95,7 @@ class Collected:
             values, none = with_none(by_field[field], 0, np.int64)
             ints[field], int_none[field] = (values[shape], none[shape]) if n else (
                 np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
-        try:
-            seqs = np.array(self.seq, dtype=np.int64)
-        except OverflowError:                 # an opCount past 63 bits: kept as Python ints
-            seqs = np.array(self.seq, dtype=object)
+        seqs = _opcounts(self.seq)
         ints["seq"], int_none["seq"] = seqs[order] if n else np.zeros(0, dtype=np.int64), np.zeros(n, dtype=bool)
         tables["source"], codes["source"] = [name] if n else [], np.zeros(n, dtype=np.int32)
         tables["named_by"], codes["named_by"] = ["log"] if n else [], np.zeros(n, dtype=np.int32)
@@ -112,3 +128,16 @@ class Collected:
             table, table_codes = coded(values)
             out.append((table, table_codes[per_record + 1] if n else np.zeros(0, dtype=np.int32)))
         return out[0], out[1]
+
+
+def _opcounts(seq: "array | list[int]") -> np.ndarray:
+    """The opCounts as int64, or as Python ints (object) where one is past 63 bits."""
+    if type(seq) is array:
+        words = np.frombuffer(seq, dtype=np.uint64) if len(seq) else np.zeros(0, dtype=np.uint64)
+        if not len(words) or int(words.max()) < 1 << 63:
+            return words.astype(np.int64)
+        seq = seq.tolist()
+    try:
+        return np.array(seq, dtype=np.int64)
+    except OverflowError:
+        return np.array(seq, dtype=object)
