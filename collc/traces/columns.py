@@ -150,53 +150,125 @@ def concat_columns(parts: Sequence[CallColumns], consume: bool = False) -> CallC
     merged tables, positions of the sparse fields offset; no record is made.
 
     `consume`: the parts are the caller's to drop (a parallel read's per-file results),
-    and each of their arrays is released as soon as it is copied into the joined one,
-    so that joining needs the memory of the result and of one column, not twice the
-    result's (19 M records take about 2.5 GB as columns)."""
-    if len(parts) == 1:
-        return parts[0]
-    n = sum(p.n for p in parts)
-    tables: dict[str, list] = {}
-    codes: dict[str, np.ndarray] = {}
-    for name in _CODED:
-        tables[name], codes[name] = _merged_codes([(p.tables[name], p.codes[name]) for p in parts])
-        if consume:
-            for p in parts:
-                del p.codes[name]
-    kinds, kind_codes = _merged_codes([(p.location_kinds, p.location_kind) for p in parts])
-    other: dict[int, str] = {}
-    group_ranks: dict[int, tuple[int, ...]] = {}
-    offset = 0
-    for p in parts:
-        other.update((i + offset, text) for i, text in p.location_other.items())
-        group_ranks.update((i + offset, g) for i, g in p.group_ranks.items())
-        offset += p.n
-
-    def joined(names: tuple[str, ...], of: str) -> dict[str, np.ndarray]:
-        out = {}
-        for name in names:
-            out[name] = np.concatenate([getattr(p, of)[name] for p in parts])
-            if consume:
-                for p in parts:
-                    del getattr(p, of)[name]
-        return out
-
-    ints, int_none = joined(_INTS, "ints"), joined(_INTS, "int_none")
-    floats, float_none = joined(_FLOATS, "floats"), joined(_FLOATS, "float_none")
-    numbers = np.concatenate([p.location_number for p in parts]) if parts else np.zeros(0, np.int64)
-    return CallColumns(n, tables, codes, ints, int_none, floats, float_none, kind_codes, numbers,
-                       kinds, other, group_ranks)
+    and each is emptied as soon as it is copied into the joined columns, so that joining
+    needs the memory of the result and of one part, not twice the result's (19 M records
+    take about 2.5 GB as columns)."""
+    joiner = ColumnsJoiner(len(parts), consume)
+    for part in parts:
+        joiner.add(part)
+    return joiner.result()
 
 
-def _merged_codes(parts: Sequence[tuple[list, np.ndarray]]) -> tuple[list, np.ndarray]:
-    """One table of the distinct values of several (first seen first), and the codes into
-    it; a negative code (a location in no "<words> <number>" form) stays -1."""
-    table: dict = {}
-    pieces = []
-    for values, part_codes in parts:
-        remap = np.array([table.setdefault(v, len(table)) for v in values] + [-1], dtype=np.int32)
-        pieces.append(remap[part_codes])      # code -1 takes the -1 appended
-    return list(table), np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+def _release(part: CallColumns) -> None:
+    for arrays in (part.codes, part.ints, part.int_none, part.floats, part.float_none):
+        arrays.clear()
+    part.location_kind = part.location_number = np.zeros(0, dtype=np.int32)
+
+
+class ColumnsJoiner:
+    """The columns of several lists of calls joined a part at a time, as the parts come
+    (a parallel read's files, in file order): each part is copied into the joined arrays
+    when it comes and may be dropped at once. So the reading process joins while its
+    workers still read, and holds the joined columns and one part, never every part and
+    then their join (on 64 per-rank logs the join at the end took 8 s, nearly all of it
+    the kernel handing out the memory for a second copy of 2.5 GB).
+
+    The arrays are made for `expected_parts` parts the size of the first, with room to
+    spare (never written, so never given memory by the kernel), and grown where more
+    comes. `consume`: each part's arrays are dropped once copied (the caller may still
+    hold the part). `result()` is what `concat_columns` of the same parts gives."""
+
+    # Room for parts this much larger than the first before the arrays must be grown.
+    SPARE = 1.25
+
+    def __init__(self, expected_parts: int = 1, consume: bool = False):
+        self.expected_parts = max(expected_parts, 1)
+        self.consume = consume
+        self.first: CallColumns | None = None        # a lone part is kept as it is
+        self.parts = 0
+        self.n = 0
+        self.tables: dict[str, dict] = {name: {} for name in _CODED}
+        self.kinds: dict[str, int] = {}
+        self.other: dict[int, str] = {}
+        self.group_ranks: dict[int, tuple[int, ...]] = {}
+        self.arrays: dict[tuple[str, str], np.ndarray] = {}    # (attribute, field) -> the joined array
+
+    def add(self, part: CallColumns) -> None:
+        self.parts += 1
+        if self.parts == 1:
+            self.first = part
+            return
+        if self.first is not None:
+            first, self.first = self.first, None
+            self._allocate(first, int(first.n * self.expected_parts * self.SPARE) + part.n)
+            self._copy(first)
+        self._copy(part)
+
+    def result(self) -> CallColumns:
+        if self.first is not None:
+            return self.first
+        if self.parts == 0:
+            return empty_columns()
+        n = self.n
+
+        def joined(attribute: str, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+            return {name: self.arrays[attribute, name][:n] for name in names}
+
+        return CallColumns(n, {name: list(table) for name, table in self.tables.items()},
+                           joined("codes", _CODED), joined("ints", _INTS), joined("int_none", _INTS),
+                           joined("floats", _FLOATS), joined("float_none", _FLOATS),
+                           self.arrays["location", "kind"][:n], self.arrays["location", "number"][:n],
+                           list(self.kinds), dict(self.other), dict(self.group_ranks))
+
+    @staticmethod
+    def _columns_of(part: CallColumns) -> Iterator[tuple[tuple[str, str], np.ndarray]]:
+        for name in _CODED:
+            yield ("codes", name), part.codes[name]
+        for attribute, names in (("ints", _INTS), ("int_none", _INTS), ("floats", _FLOATS),
+                                 ("float_none", _FLOATS)):
+            for name in names:
+                yield (attribute, name), getattr(part, attribute)[name]
+        yield ("location", "kind"), part.location_kind
+        yield ("location", "number"), part.location_number
+
+    def _allocate(self, like: CallColumns, capacity: int) -> None:
+        self.arrays = {key: np.empty(capacity, dtype=values.dtype) for key, values in self._columns_of(like)}
+
+    def _copy(self, part: CallColumns) -> None:
+        lo, hi = self.n, self.n + part.n
+        if hi > len(self.arrays["location", "number"]):
+            self._grow(hi)
+        for key, values in self._columns_of(part):
+            attribute, name = key
+            if attribute == "codes":
+                values = _remapped(self.tables[name], part.tables[name], values)
+            elif key == ("location", "kind"):
+                values = _remapped(self.kinds, part.location_kinds, values)
+            out = self.arrays[key]
+            if values.dtype != out.dtype and np.result_type(out, values) != out.dtype:
+                # An opCount past 63 bits in this part: the joined column becomes objects.
+                out = self.arrays[key] = out.astype(np.result_type(out, values))
+            out[lo:hi] = values
+        self.other.update((i + lo, text) for i, text in part.location_other.items())
+        self.group_ranks.update((i + lo, g) for i, g in part.group_ranks.items())
+        self.n = hi
+        if self.consume:
+            _release(part)
+
+    def _grow(self, needed: int) -> None:
+        capacity = max(needed, int(len(self.arrays["location", "number"]) * 1.5))
+        for key, values in self.arrays.items():
+            grown = np.empty(capacity, dtype=values.dtype)
+            grown[:self.n] = values[:self.n]
+            self.arrays[key] = grown
+
+
+def _remapped(table: dict, values: list, part_codes: np.ndarray) -> np.ndarray:
+    """A part's codes into `table` (its distinct values so far, first seen first; the
+    part's new ones added); a negative code (a location in no "<words> <number>" form)
+    stays -1."""
+    remap = np.array([table.setdefault(v, len(table)) for v in values] + [-1], dtype=np.int32)
+    return remap[part_codes]
 
 
 def empty_columns() -> CallColumns:

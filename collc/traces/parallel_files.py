@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..diagnostics import CollcError, Span
 from ..parallel import process_pool
-from .columns import CallColumns, concat_columns, empty_columns
+from .columns import CallColumns, ColumnsJoiner
 from .records import SourceSummary, TraceContext
 
 # Called with (files done, files in all) as files are read.
@@ -99,12 +99,13 @@ def read_dask(files: Sequence[str], scheduler: Any, reader: Reader,
             client.close()
 
 
-def combine(results: Iterable[FileResult], context: TraceContext
+def combine(results: Iterable[FileResult], context: TraceContext, files: int = 1
             ) -> tuple[CallColumns, list[SourceSummary]]:
-    """The files' calls (as one set of columns: concatenated, no record made) and
-    summaries in file order, their contexts merged into `context` in that order; the
-    first failing file's error raised."""
-    columns: list[CallColumns] = []
+    """The files' calls (as one set of columns: joined as each file's come, no record
+    made) and summaries in file order, their contexts merged into `context` in that
+    order; the first failing file's error raised. `files`: how many results to expect
+    (the joined arrays are sized from it)."""
+    joiner = ColumnsJoiner(files, consume=True)
     summaries: list[SourceSummary] = []
     try:
         for r in results:
@@ -113,13 +114,13 @@ def combine(results: Iterable[FileResult], context: TraceContext
                 raise CollcError(message, span, notes)
             merge_context(context, r.context)
             if r.columns is not None:
-                columns.append(r.columns)
+                joiner.add(r.columns)
             summaries.extend(r.summaries)
     finally:
         close = getattr(results, "close", None)
         if close is not None:       # a generator of results: stop its pool now, not when collected
             close()
-    return concat_columns(columns, consume=True) if columns else empty_columns(), summaries
+    return joiner.result(), summaries
 
 
 def merge_context(into: TraceContext, other: TraceContext) -> None:

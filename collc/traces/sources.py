@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ..diagnostics import CollcError, Span
 from ..io import check_input_file
 from .detect import TraceSource, detect, detect_bytes, read_head
-from .columns import CallColumns, concat_columns, empty_columns, from_columns, to_columns
+from .columns import CallColumns, ColumnsJoiner, from_columns, to_columns
 from ..parallel import local_workers
 from .parallel_files import FileResult, Progress, combine, read_dask, read_local
 from .records import CollectiveCall, CommunicatorInfo, SourceSummary, TraceContext
@@ -124,7 +124,7 @@ def _read_source(source: TraceSource, fmt: str, context: TraceContext
 def _read_archive(archive: TraceSource, context: TraceContext
                   ) -> tuple[CallColumns, list[SourceSummary]]:
     """Members of a tar archive, each detected and read as a stream, none written to disk."""
-    columns: list[CallColumns] = []
+    joiner = ColumnsJoiner(consume=True)
     summaries: list[SourceSummary] = []
     try:
         # A URL's archive is read from its stream; a local one by name (tarfile seeks in it).
@@ -142,11 +142,11 @@ def _read_archive(archive: TraceSource, context: TraceContext
                     summaries.append(summary)
                     continue
                 member_columns, member_summaries = _read_source(source, fmt, context)
-                columns.append(member_columns)
+                joiner.add(member_columns)
                 summaries.extend(member_summaries)
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise CollcError(f"unreadable archive: {e}", Span(archive.name, 1, 1)) from None
-    return (concat_columns(columns, consume=True) if columns else empty_columns()), summaries
+    return joiner.result(), summaries
 
 
 def read_file_columns(path: str) -> FileResult:
@@ -175,16 +175,16 @@ def read_traces(paths: Sequence[str | os.PathLike], workers: int | None = None, 
         names = [str(f) for f in files]
         results = (read_dask(names, scheduler, read_file_columns, progress) if scheduler is not None
                    else read_local(names, workers, read_file_columns, progress))
-        columns, sources = combine(results, context)
+        columns, sources = combine(results, context, len(names))
     else:
-        parts: list[CallColumns] = []
+        joiner = ColumnsJoiner(len(files), consume=True)
         sources = []
         for done, path in enumerate(files, 1):
             file_columns, summaries = read_columns(path, context)
-            parts.append(file_columns)
+            joiner.add(file_columns)
             sources.extend(summaries)
             if progress is not None:
                 progress(done, len(files))
-        columns = concat_columns(parts, consume=True) if parts else empty_columns()
+        columns = joiner.result()
     return TraceSet(columns=columns, sources=sources, world_size=context.world_size,
                     communicators=context.communicators, notes=context.notes)

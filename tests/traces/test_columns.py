@@ -46,3 +46,22 @@ def test_joining_parts_it_may_consume_gives_the_same_records_and_releases_their_
     assert from_columns(joined) == a + b
     # the parts' arrays were dropped as they were copied (what keeps a join to one copy)
     assert all(not p.ints and not p.codes and not p.floats for p in parts)
+
+
+def test_a_joiner_grows_past_its_estimate_and_joins_as_parts_come():
+    # Sized for one part like the first (a record), then given 40 records more: grown twice.
+    from collc.traces.columns import ColumnsJoiner
+
+    first = [CollectiveCall("a", "line 1", "allreduce", rank=0, communicator="c1", seq=1)]
+    more = [[CollectiveCall("b", f"line {k}", "send" if k % 2 else "recv", rank=k, peer=k + 1, seq=2**64 - k,
+                            start_us=float(k), group_ranks=(k,) if k == 3 else None) for k in range(m)]
+            for m in (4, 36)]
+    joiner = ColumnsJoiner(1)
+    joiner.add(to_columns(first))
+    joiner.add(to_columns(more[0]))
+    assert len(joiner.arrays["ints", "seq"]) < 41           # room for the first two and a little
+    joiner.add(to_columns(more[1]))
+    joined = joiner.result()
+    assert joined.n == 41 and from_columns(joined) == first + more[0] + more[1]
+    assert from_columns(concat_columns([to_columns(p) for p in (first, *more)])) == first + more[0] + more[1]
+    assert from_columns(ColumnsJoiner(3).result()) == []
