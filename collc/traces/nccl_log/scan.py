@@ -48,11 +48,13 @@ DATATYPES: dict[int, tuple[str, int]] = {
 _LOOKAHEAD = rb"(?=[A-Za-z]*+: (?:opCount|\d)|\d|(?:\w++ )?comm )"
 # COLL: <Op>: opCount <hex> sendbuff <p> recvbuff <p> [acc <p>] count <n> datatype <d>
 #       op <o> root <r> comm <p> [nranks=<n>] stream <p> [task <t> globalrank <g>]
-_COLL_PATTERN = (
-    rb"(?P<op>[A-Za-z]++): opCount (?P<opcount>[0-9a-fA-Fx]++) sendbuff \S++ recvbuff \S++"
-    rb"(?: acc \S++)? (?P<shape>count (?P<count>\d++) datatype (?P<dtype>\d++) op (?P<redop>\d++)"
+_COLL_HEAD = (rb"(?P<op>[A-Za-z]++): opCount (?P<opcount>[0-9a-fA-Fx]++) sendbuff \S++ recvbuff \S++"
+              rb"(?: acc \S++)? ")
+_COLL_TAIL = (
+    rb"(?P<shape>count (?P<count>\d++) datatype (?P<dtype>\d++) op (?P<redop>\d++)"
     rb" root (?P<root>-?\d++) comm (?P<comm>\S++)(?: \[nranks=(?P<nranks>\d++)\])?)"
     rb"(?: stream (?P<stream>\S++))?(?: task (?P<task>\d++) globalrank (?P<grank>\d++))?")
+_COLL_PATTERN = _COLL_HEAD + _COLL_TAIL
 # TUNING: [<Op>: ]<bytes> Bytes -> Algo <a> proto <p> ...
 _TUNING_PATTERN = (rb"(?:(?P<top>[A-Za-z]++): )?(?P<tbytes>\d++) Bytes -> Algo (?P<algo>\w++) proto (?P<proto>\w++)")
 # Every line of interest. The pattern starts with a literal, so the regex engine jumps from
@@ -70,10 +72,13 @@ _LINE_PATTERN = (
     # search then goes on from where the record ended and finds the next one.
     rb"|(?P<bad>[A-Za-z]++: opCount)"
     rb")")
-# One match per line, for the bulk scan (`scan`): a line that is one intact COLL record
-# after its prefix (the first `NCCL INFO ` of the line starts it, and it ends the line)
-# gives (prefix, op, opCount, shape, globalrank, b"", b""), read by the same sub-pattern
-# as LINE's; a TUNING line of the same form (its text after the first `NCCL INFO `, and no
+# One match per line, for the bulk scan (`scan`): a line that is one COLL record after its
+# prefix (the first `NCCL INFO ` of the line starts it) gives (prefix, op, opCount, the
+# record's text from `count` to the end of the line, b"", b""), read by the same
+# sub-pattern as LINE's up to `count`; the rest is checked once per distinct text
+# against the record's tail (`_RECORD_TAIL`, in `scan`: a line with more after the
+# record, such as a second record, is then read by LINE), which is what the regex would
+# spend most of its time on if it read each line's tail itself; a TUNING line of the same form (its text after the first `NCCL INFO `, and no
 # other `NCCL INFO ` after it: what NCCL_DEBUG_SUBSYS=COLL,TUNING writes after every
 # call) gives (prefix, b"", ..., its TUNING text, b""); a line where LINE could match
 # anything else (an INIT line, a malformed or merged record: a `NCCL INFO ` followed by
@@ -90,11 +95,12 @@ def _plain_groups(pattern: bytes, kept: tuple[bytes, ...]) -> bytes:
 
 _WHOLE_LINE_PATTERN = (
     rb"(?:(" + _BEFORE_FIRST_INFO + rb")NCCL INFO (?:"
-    + _plain_groups(_COLL_PATTERN, (b"op", b"opcount", b"shape", b"grank")) + rb"$"
+    + _plain_groups(_COLL_HEAD, (b"op", b"opcount")) + rb"(count [^\n]*+)"
     + rb"|(" + _plain_groups(_TUNING_PATTERN, ()) + rb")" + _BEFORE_FIRST_INFO + rb"$)"
     + rb"|(?:[^N\n]++|N(?!CCL INFO " + _LOOKAHEAD + rb"))*+(NCCL INFO " + _LOOKAHEAD + rb")?[^\n]*+)\n?")
 if sys.version_info < (3, 11):
     _LINE_PATTERN = _LINE_PATTERN.replace(b"++", b"+").replace(b"*+", b"*")
+    _COLL_TAIL = _COLL_TAIL.replace(b"++", b"+")
     _TUNING_PATTERN = _TUNING_PATTERN.replace(b"++", b"+")
     # A run inside a repeat (`(?:[^N\n]+|...)*`) would backtrack through every way of
     # splitting the run: one character a turn keeps the repeat unambiguous, so linear.
@@ -103,6 +109,7 @@ if sys.version_info < (3, 11):
 LINE = re.compile(_LINE_PATTERN)
 _TUNING_TEXT = re.compile(rb"(?P<tuning>" + _TUNING_PATTERN + rb")")    # a claimed TUNING line's text
 WHOLE_LINE = re.compile(_WHOLE_LINE_PATTERN, re.MULTILINE)
+_RECORD_TAIL = re.compile(_plain_groups(_COLL_TAIL, ()))     # fullmatch: a COLL record's text from `count` on
 # Group numbers of LINE, for reading a match's groups() tuple without name lookups.
 _G = {name: index - 1 for name, index in LINE.groupindex.items()}
 _OP, _OPCOUNT, _SHAPE, _COUNT, _DTYPE, _ROOT, _COMM, _NRANKS, _GRANK = (
@@ -151,6 +158,7 @@ class State:
         self.tunings: dict[bytes, int] = {}       # TUNING line's text -> its index in tuning_list
         self.tuning_list: list[tuple] = []        # see _tuning
         self.seqs: dict[bytes, int] = {}          # opCount text -> its value
+        self.record_tails: dict[bytes, bool] = {}  # a COLL line's text from `count` -> whether a record's tail
         self.process_local_comms = 0
         self.lines = 0                            # lines before the piece being scanned
         self.unclaimed_pieces = 0                 # pieces still to read by LINE alone (see scan)
@@ -293,6 +301,7 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
     """
     events = Events(state.shape_list, state.thread_list, state.tuning_list)
     first_line = state.lines + 1
+    newlines = None
     if end - begin < SMALL_PIECE:
         _scan_range(data, begin, end, end, first_line, state, events)
     elif state.unclaimed_pieces > 0:
@@ -300,8 +309,11 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
         _scan_range(data, begin, end, end, first_line, state, events)
     else:
         rows = WHOLE_LINE.findall(data, begin, end)
+        # A row per line, then the empty match at the piece's end: its line breaks, counted.
+        newlines = len(rows) - (1 if data[end - 1] == 10 else 2)
         if rows and not any(rows[-1]):
             rows.pop()      # the empty match at the end of the piece, or a last line with nothing to read
+        _unclaim_broken_records(rows, state)
         unclaimed = list(compress(range(len(rows)), map(itemgetter(_UNCLAIMED), rows)))
         if len(unclaimed) * UNCLAIMED_SHARE > len(rows):
             # Mostly lines for LINE: read this piece and the next few that way.
@@ -315,12 +327,12 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
                 _scan_range(data, starts[k], starts.end_of(k), end, first_line + k, state, events)
                 done = k + 1
             _claimed(rows, done, len(rows), first_line, starts, state, events)
-    state.lines += data.count(b"\n", begin, end)
+    state.lines += data.count(b"\n", begin, end) if newlines is None else newlines
     return events
 
 
 # The fields of a WHOLE_LINE tuple.
-_PRE, _ROW_OP, _ROW_OPCOUNT, _ROW_SHAPE, _ROW_GRANK, _ROW_TUNING, _UNCLAIMED = range(7)
+_PRE, _ROW_OP, _ROW_OPCOUNT, _ROW_SHAPE, _ROW_TUNING, _UNCLAIMED = range(6)
 # A piece of fewer bytes (a line or two: the tail of a stream read in small reads) is read
 # by `_scan_range`, which costs less than the bulk read's set-up there.
 SMALL_PIECE = 512
@@ -328,6 +340,29 @@ SMALL_PIECE = 512
 # and so are the UNCLAIMED_PIECES_SKIPPED pieces after it (the log's format goes on).
 UNCLAIMED_SHARE = 8
 UNCLAIMED_PIECES_SKIPPED = 64
+
+
+def _unclaim_broken_records(rows: list[tuple], state: State) -> None:
+    """Rows WHOLE_LINE took for one COLL record whose text after `count` is not a
+    record's tail (more text after the record: another record whose line break was lost,
+    or garbage) made rows for LINE, which reads their line as `_scan_range` does. Each
+    distinct text is checked once (`state.record_tails`)."""
+    known = state.record_tails
+    distinct = set(map(itemgetter(_ROW_SHAPE), rows))
+    distinct.discard(b"")
+    broken = set()
+    for tail in distinct:
+        intact = known.get(tail)
+        if intact is None:
+            if len(known) > 100_000:
+                known.clear()
+            intact = known[tail] = _RECORD_TAIL.fullmatch(tail) is not None
+        if not intact:
+            broken.add(tail)
+    if broken:
+        for k, row in enumerate(rows):
+            if row[_ROW_SHAPE] in broken:
+                rows[k] = (row[_PRE], b"", b"", b"", b"", b"NCCL INFO ")
 
 
 class _LineStarts:
@@ -433,15 +468,14 @@ def _claimed_calls(rows: list[tuple], part: list[tuple], idx: list[int], lo: int
         split = {pre: (_timestamp(pre) if b"-" in pre else (None, pre)) for pre in distinct}
         pairs = list(map(split.__getitem__, map(itemgetter(_PRE), coll)))
         stamps = list(map(itemgetter(0), pairs))
-        granks = list(map(itemgetter(_ROW_GRANK), coll))
-        # The shape cache's keys as `_scan_range` makes them: the prefix without its timestamp.
-        keys = list(zip(map(itemgetter(1), pairs), map(itemgetter(_ROW_OP), coll), map(itemgetter(_ROW_SHAPE), coll),
-                        [g or None for g in granks] if any(granks) else repeat(None)))
+        # The shape cache's keys: the prefix without its timestamp, as `_scan_range`'s.
+        keys = list(zip(map(itemgetter(1), pairs), map(itemgetter(_ROW_OP), coll), map(itemgetter(_ROW_SHAPE), coll)))
         if events.stamps is None:
             events.stamps = [None] * len(events.ids)
     else:
-        # (prefix, op, shape, globalrank or b""): a key of its own for the same shape.
-        keys = list(map(itemgetter(_PRE, _ROW_OP, _ROW_SHAPE, _ROW_GRANK), coll))
+        # (prefix, op, the record's text from `count`): keys of their own (`_scan_range`'s
+        # are finer), each shape made from the line by LINE the first time it is seen.
+        keys = list(map(itemgetter(_PRE, _ROW_OP, _ROW_SHAPE), coll))
     sids = list(map(state.shapes.get, keys))
     if None in sids:
         _new_shapes(sids, keys, idx, coll, starts, state)

@@ -15,6 +15,7 @@ import io
 import random
 
 import pytest
+from hypothesis import given, strategies as st
 
 import collc.traces.nccl_log.sequential as sequential_reader
 from collc.diagnostics import CollcError
@@ -273,3 +274,19 @@ def test_tuned_log_in_bulk_same_as_line_pattern(monkeypatch, piece):
     assert bulk == read_state(data, by_line_pattern=True)
     monkeypatch.setattr(scan_module, "replay_paired", lambda *args: False)
     assert bulk == read_state(data, by_line_pattern=False)   # the pairs one event at a time
+
+
+FRAGMENTS = ["\n", "\r\n", "NCCL INFO ", "AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 ",
+             "count 4 datatype 7 op 0 root 0 comm 0x5 [nranks=2] stream 0x1", " task 3 globalrank 1",
+             "16 Bytes -> Algo RING proto LL", "comm 0x5 rank 0 nranks 2 ", "node01:1:1 [0] ", "N", "x", " "]
+
+
+@given(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=40), st.integers(0, 5))
+def test_bulk_rows_count_the_pieces_line_breaks(parts, skip):
+    # The scan counts a piece's lines from WHOLE_LINE's rows (one per line, and an empty
+    # match at the end) instead of counting its newlines again: the same number, for any
+    # text and wherever the piece starts.
+    from collc.traces.nccl_log.scan import WHOLE_LINE
+    data = ("x" * skip + "".join(parts)).encode()
+    rows = WHOLE_LINE.findall(data, skip)
+    assert len(rows) - (1 if data[-1:] == b"\n" else 2) == data.count(b"\n", skip)
