@@ -10,10 +10,16 @@ line completes which call, come out of the same code, in the same order, as in o
 sequential pass.
 
 What a piece's scan needs from the lines before it is what INIT lines said (comm ranks,
-sizes and ids, each process's rank). INIT lines are rare: before a piece is handed out,
-this process finds them in the pieces before it with a regex that skips everything else
-at C speed (`_INIT_HINT`: a superset of INIT lines, each confirmed with the reader's own
-line pattern) and gives the worker those tables as they stand at the piece's start.
+sizes and ids, each process's rank). INIT lines are rare, and nearly always near the
+top of a log: this process finds those of the first piece with a regex that skips
+everything else at C speed (`_INIT_HINT`: a superset of INIT lines, each confirmed with
+the reader's own line pattern) and hands out the later pieces of a plain file with the
+tables as of that piece's end, reading of them only a few bytes to find where each ends.
+Each worker sends back the INIT lines it read, and as the pieces are replayed in order
+this process keeps the tables as they truly stand at each piece's start: a piece handed
+out with other tables (an INIT line in a piece after the first changed them) is scanned
+again here with the right ones, and from then on each piece is read here for its INIT
+lines before the next is handed out (`_Speculation`), as pieces of a stream always are.
 What a worker would tell the shared `TraceContext` (communicators, world size) it
 records instead, and this process tells the context in file order. Line numbers are
 counted from each piece's start and offset here, so errors and `location`s are those of
@@ -40,7 +46,8 @@ import stat
 import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import BinaryIO, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Iterator
 
 from collc.parallel import local_workers
 
@@ -51,6 +58,7 @@ from .scan import BAD_LINES_KEPT, ICOMM, LINE, Events, State, apply_init, apply_
 
 PARALLEL_MIN_BYTES = 16 << 20   # below this, starting processes costs more than it saves
 PIECE_BYTES = 8 << 20           # small enough that the last piece's replay is short
+CUT_WINDOW = 64 << 10           # read at a piece's end to find its last line break
 PROCESSES_ENV = "COLLC_NCCL_LOG_PROCESSES"
 
 # Every INIT line contains this (the pattern's INIT branch: `comm 0x.. rank R n[Rr]anks N`);
@@ -89,7 +97,8 @@ def read_split(source: TraceSource, state: State) -> Iterator[None] | None:
         f.close()
         return None
     if size is not None:
-        return _run(_file_tasks(f, size, state), state, pool, workers)
+        speculation = _Speculation(state)
+        return _run(_file_tasks(f, size, speculation), state, pool, workers, speculation)
     return _read_stream(f, state, pool, workers)
 
 
@@ -120,7 +129,8 @@ def _regular_file_size(f: BinaryIO) -> int | None:
 
 # --- what each worker does ----------------------------------------------------------
 
-PieceResult = tuple   # (events, lines, skipped counts, (first bad line, bad lines, rejoined), context ops)
+# (events, lines, skipped counts, (first bad line, bad lines, rejoined), context ops, INIT lines)
+PieceResult = tuple
 
 
 def _scan_file_range(path: str, identity: tuple[int, int], start: int, end: int,
@@ -157,7 +167,7 @@ def _scan_bytes(data: bytes, name: str, comms: dict, process_rank: dict) -> Piec
         if enabled:
             gc.enable()
     return (events.packed(), state.lines, dict(state.summary.skipped),
-            (state.first_bad, state.bad_lines, state.rejoined), state.ops)
+            (state.first_bad, state.bad_lines, state.rejoined), state.ops, state.init_lines)
 
 
 # --- what this process does ---------------------------------------------------------
@@ -171,6 +181,11 @@ class _InitTables:
 
     def snapshot(self) -> tuple[dict, dict]:
         return dict(self.comms), dict(self.process_rank)
+
+    def apply(self, init_lines: list[tuple]) -> None:
+        """Take in INIT lines a worker read (`State.init_lines`), in order."""
+        for groups, pre in init_lines:
+            apply_init(groups, pre, self.comms, self.process_rank)
 
     def see(self, data, start: int, end: int) -> None:
         """Take in the INIT lines of data[start:end] (whole lines), in order: each line
@@ -187,22 +202,84 @@ class _InitTables:
                 apply_init(m.groups(), bytes(data[line_start:m.start()]), self.comms, self.process_rank)
 
 
-def _file_tasks(f: BinaryIO, size: int, state: State) -> Iterator[tuple]:
+@dataclass
+class _Piece:
+    """A piece handed to a worker: `scan(*args)` gives its `PieceResult`. `speculative`:
+    a piece of a plain file given the INIT tables as of the first piece's end, not
+    checked against the pieces between (`_Speculation`)."""
+
+    scan: Callable[..., PieceResult]
+    args: tuple
+    speculative: bool = False
+
+
+class _Speculation:
+    """The INIT tables of a plain file's pieces: those handed out (`ahead`), and those
+    that truly stand at the start of the next piece to replay (`true`, from the INIT
+    lines the workers send back, in order). The first piece is read here for its INIT
+    lines; later ones are handed out with the tables as of its end, unread, until a
+    replayed piece shows tables that differ from what a later piece was given
+    (`missed`): from then on each piece is read here first, as a stream's are."""
+
+    def __init__(self, state: State):
+        self.ahead = _InitTables(state)
+        self.true = _InitTables(state)
+        self.reading = True           # read the next piece here before handing it out
+        self.missed = False           # set on replay; the tasks' generator catches up
+
+    def valid(self, piece: _Piece) -> bool:
+        """Whether a piece was handed out with the tables that stand at its start."""
+        comms, process_rank = piece.args[-2:]
+        return comms == self.true.comms and process_rank == self.true.process_rank
+
+
+def _file_tasks(f: BinaryIO, size: int, speculation: _Speculation) -> Iterator[_Piece]:
     """Pieces of a plain file as (start, end) offsets for the workers to read, each with
-    the INIT tables as of its start (read here a piece at a time, so that memory stays
-    one piece whatever the file's size)."""
+    the INIT tables as of its start, or (`speculative`) as of the first piece's end
+    (see `_Speculation`): memory stays one piece whatever the file's size."""
     with f:
         fd = f.fileno()
         info = os.fstat(fd)
         path = os.fsdecode(f.name)
-        tables = _InitTables(state)
+        identity = (info.st_dev, info.st_ino)
+        tables = speculation.ahead
         start = 0
+        unread: list[tuple[int, int]] = []       # pieces handed out since the last one read here
         while start < size:
-            data, end = _piece_at(fd, start, size)
-            yield (_scan_file_range, path, (info.st_dev, info.st_ino), start, start + end,
-                   *tables.snapshot())
-            tables.see(data, 0, end)
+            if speculation.missed and speculation.reading is False:
+                # Catch up: the INIT lines of the pieces handed out unread, in order.
+                for lo, hi in unread:
+                    data, end = _piece_at(fd, lo, size)
+                    tables.see(data, 0, hi - lo)
+                unread.clear()
+                speculation.reading = True
+            if speculation.reading:
+                data, end = _piece_at(fd, start, size)
+                yield _Piece(_scan_file_range, (path, identity, start, start + end, *tables.snapshot()))
+                tables.see(data, 0, end)
+                speculation.reading = speculation.missed    # after the first piece: hand out unread
+            else:
+                end = _cut_at(fd, start, size)
+                yield _Piece(_scan_file_range, (path, identity, start, start + end, *tables.snapshot()), True)
+                unread.append((start, start + end))
             start += end
+
+
+def _cut_at(fd: int, start: int, size: int) -> int:
+    """Where the piece from `start` ends (as `_piece_at` finds it), read from the few
+    bytes before its largest end: up to the last line break in PIECE_BYTES, or the end
+    of the file."""
+    if size - start <= PIECE_BYTES:
+        return size - start
+    width = min(CUT_WINDOW, PIECE_BYTES)
+    window = os.pread(fd, width, start + PIECE_BYTES - width)
+    if len(window) < width:
+        raise OSError(f"the file ended at byte {start + PIECE_BYTES - width + len(window)}, "
+                      f"before its size of {size} bytes")
+    cut = window.rfind(b"\n") + 1
+    if cut == 0:             # a line longer than the window: read the piece
+        return _piece_at(fd, start, size)[1]
+    return PIECE_BYTES - width + cut
 
 
 def _piece_at(fd: int, start: int, size: int) -> tuple[bytes, int]:
@@ -272,14 +349,14 @@ class _Slots:
         except OSError:
             return None
 
-    def task(self, piece: bytes, *args) -> tuple:
+    def task(self, piece: bytes, *args) -> _Piece:
         """The task that scans `piece`: through a slot, or pickled if it is too big for one."""
         if len(piece) > self.size:
-            return (_scan_bytes, piece, *args)
+            return _Piece(_scan_bytes, (piece, *args))
         start = self.next * self.size
         self.memory[start:start + len(piece)] = piece
         self.next = (self.next + 1) % self.count
-        return (_scan_shared, self.token, start, len(piece), *args)
+        return _Piece(_scan_shared, (self.token, start, len(piece), *args))
 
     def close(self) -> None:
         _SHARED.pop(self.token, None)
@@ -322,7 +399,7 @@ class _StreamError(Exception):
         self.cause, self.offset, self.lines_after_pieces = cause, offset, lines_after_pieces
 
 
-def _stream_tasks(f: BinaryIO, head: bytes, state: State, slots: "_Slots | None") -> Iterator[tuple]:
+def _stream_tasks(f: BinaryIO, head: bytes, state: State, slots: "_Slots | None") -> Iterator[_Piece]:
     """Pieces of the decompressed stream (after `head`, its first bytes), each with the
     INIT tables as of its start."""
     tables = _InitTables(state)
@@ -359,44 +436,53 @@ def _stream_tasks(f: BinaryIO, head: bytes, state: State, slots: "_Slots | None"
         target = PIECE_BYTES
         piece = data[:cut] if cut < len(data) else data
         args = (name, *tables.snapshot())
-        yield slots.task(piece, *args) if slots is not None else (_scan_bytes, piece, *args)
+        yield slots.task(piece, *args) if slots is not None else _Piece(_scan_bytes, (piece, *args))
         tables.see(piece, 0, len(piece))
         rest = data[cut:]
         buffered, size = [rest], len(rest)
 
 
-def _run(tasks: Iterator[tuple], state: State, pool: ProcessPoolExecutor,
-         workers: int) -> Iterator[None]:
+def _run(tasks: Iterator[_Piece], state: State, pool: ProcessPoolExecutor, workers: int,
+         speculation: _Speculation | None = None) -> Iterator[None]:
     """Hand the tasks to the pool, at most two per worker in flight, and replay their
     results in order (a step per piece)."""
     line_base = state.lines
-    in_flight: deque[Future] = deque()
+    in_flight: deque[tuple[Future, _Piece]] = deque()
     try:
         try:
             for task in tasks:
-                in_flight.append(pool.submit(*task))
+                in_flight.append((pool.submit(task.scan, *task.args), task))
                 if len(in_flight) > 2 * workers:
-                    line_base = _merge(in_flight.popleft().result(), line_base, state)
+                    line_base = _merge(*in_flight.popleft(), line_base, state, speculation)
                     yield
         except _StreamError as e:
             # The lines before the failed read: the replayed pieces', the pieces in
             # flight (as their workers count them) and the unfinished piece's.
-            lines = line_base + sum(future.result()[1] for future in in_flight) + e.lines_after_pieces
+            lines = line_base + sum(future.result()[1] for future, _ in in_flight) + e.lines_after_pieces
             raise sequential.read_error(e.cause, state.name, lines + 1, e.offset) from None
         while in_flight:
-            line_base = _merge(in_flight.popleft().result(), line_base, state)
+            line_base = _merge(*in_flight.popleft(), line_base, state, speculation)
             yield
     finally:
-        for future in in_flight:
+        for future, _ in in_flight:
             future.cancel()
         pool.shutdown(wait=True)
     state.lines = line_base
 
 
-def _merge(result: PieceResult, line_base: int, state: State) -> int:
+def _merge(future: Future, piece: _Piece, line_base: int, state: State,
+           speculation: _Speculation | None) -> int:
     """Replay a piece's events into `state.collected`; its counts, first malformed line
-    and context ops taken into `state`. Returns the number of lines before the next piece."""
-    events, lines, skipped, (first_bad, bad_lines, rejoined), ops = result
+    and context ops taken into `state`. A piece handed out with INIT tables other than
+    those that stand at its start is scanned again here. Returns the number of lines
+    before the next piece."""
+    result = future.result()
+    if speculation is not None:
+        if piece.speculative and not speculation.valid(piece):
+            speculation.missed = True
+            result = piece.scan(*piece.args[:-2], *speculation.true.snapshot())
+        speculation.true.apply(result[5])
+    events, lines, skipped, (first_bad, bad_lines, rejoined), ops, _init_lines = result
     apply_ops(ops, state)
     state.summary.skipped.update(skipped)
     if first_bad is not None and state.first_bad is None:

@@ -164,6 +164,8 @@ class State:
         self.unclaimed_pieces = 0                 # pieces still to read by LINE alone (see scan)
         # What the scan would tell `context`, in order, when it must not tell it itself.
         self.ops: list[tuple] | None = [] if record_ops else None
+        # The INIT lines read, as (groups, prefix), for the parent to replay (`apply_init`).
+        self.init_lines: list[tuple] | None = [] if record_ops else None
 
     def trim(self) -> None:
         """Forget the shapes, threads and TUNING lines of events already replayed, if many."""
@@ -965,6 +967,8 @@ def _host_name(host: bytes) -> str:
 
 
 def _init_line(g: tuple, pre: bytes, state: State) -> None:
+    if state.init_lines is not None:
+        state.init_lines.append((g, pre))
     init = apply_init(g, pre, state.comms, state.process_rank)
     if init is None:
         state.summary.skip("INIT line with a rank or size past collc's ranks limit")

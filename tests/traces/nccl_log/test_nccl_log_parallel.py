@@ -109,7 +109,7 @@ def test_lines_longer_than_a_piece(tmp_path, monkeypatch):
 
     def spy(self, *args):
         made = task(self, *args)
-        kinds.append(made[0])
+        kinds.append(made.scan)
         return made
 
     monkeypatch.setattr(split._Slots, "task", spy)
@@ -222,3 +222,42 @@ def test_log_in_a_tar_archive(tmp_path, monkeypatch):
         tar.add(p, arcname="job/rank0.log")
     sequential, parallel, pieces = read_both([archive], monkeypatch, 4000)
     assert pieces > 20 and len(sequential[0]) > 500 and parallel == sequential
+
+
+def _spy_reads(monkeypatch) -> tuple[list, list]:
+    """(offsets of pieces read whole in this process, pieces scanned again here)."""
+    reads, rescans = [], []
+    piece_at, valid = split._piece_at, split._Speculation.valid
+    monkeypatch.setattr(split, "_piece_at", lambda fd, start, size: reads.append(start) or piece_at(fd, start, size))
+    monkeypatch.setattr(split._Speculation, "valid",
+                        lambda self, piece: valid(self, piece) or rescans.append(piece.args[2]) or False)
+    return reads, rescans
+
+
+@pytest.mark.parametrize("where", ["top", "middle"])
+def test_pieces_handed_out_unread_with_the_first_pieces_init_tables(tmp_path, monkeypatch, where):
+    # INIT lines at the top (the usual log): only the first piece is read here, the rest
+    # handed out with its tables. INIT lines of new comms half-way (PyTorch makes a
+    # process group's communicator at its first call): the pieces handed out before
+    # this process saw them are scanned again here, and the rest read here first.
+    init = V24.splitlines()[1]
+    coll = V24.splitlines()[2].replace(" [nranks=4]", "")      # its rank and size come from INIT lines
+    late = [init.replace("0x55d0c7a0", f"0x66{k:06x}").replace("rank 0 nranks 4", "rank 1 nranks 8")
+            for k in range(3)]
+    lines = [init] + [coll] * 3000
+    if where == "middle":
+        lines[1500:1500] = late
+        lines += [coll.replace("0x55d0c7a0", f"0x66{k:06x}") for k in range(3)] * 200
+    p = tmp_path / "init.log"
+    p.write_text("\n".join(lines) + "\n")
+    reads, rescans = _spy_reads(monkeypatch)
+    sequential, parallel, pieces = read_both([p], monkeypatch, 4000)
+    assert parallel == sequential and pieces > 50
+    if where == "top":
+        assert reads == [0] and rescans == []
+    else:
+        middle = p.read_bytes().index(b"0x66000000")
+        assert rescans and min(rescans) > middle - 4000       # only pieces after the new INIT lines
+        assert len(rescans) <= 2 * 2 + 1                     # at most those in flight when it was replayed
+        assert reads[0] == 0 and len(reads) > 10             # then read here first, piece by piece
+        assert {c[4] for c in sequential[0]} == {4, 8}
