@@ -77,10 +77,11 @@ _LINE_PATTERN = (
 # record's text from `count` to the end of the line, b"", b""), read by the same
 # sub-pattern as LINE's up to `count`; the rest is checked once per distinct text
 # against the record's tail (`_RECORD_TAIL`, in `scan`: a line with more after the
-# record, such as a second record, is then read by LINE), which is what the regex would
-# spend most of its time on if it read each line's tail itself; a TUNING line of the same form (its text after the first `NCCL INFO `, and no
-# other `NCCL INFO ` after it: what NCCL_DEBUG_SUBSYS=COLL,TUNING writes after every
-# call) gives (prefix, b"", ..., its TUNING text, b""); a line where LINE could match
+# record, such as a second record, is then read by LINE): reading every line's tail
+# field by field took a fifth of the regex's time. A TUNING line of the same form (its text after
+# the first `NCCL INFO `, and no other `NCCL INFO ` after it: what
+# NCCL_DEBUG_SUBSYS=COLL,TUNING writes after every call) gives (prefix, b"", b"", b"",
+# its TUNING text, b""); a line where LINE could match
 # anything else (an INIT line, a malformed or merged record: a `NCCL INFO ` followed by
 # what LINE's alternatives start with) gives its `NCCL INFO ` as the last field, and is
 # read by LINE; any other line gives empty fields. `findall` then returns a tuple per
@@ -292,7 +293,7 @@ def scan(data: bytes, end: int, state: State, begin: int = 0) -> Events:
     The hot path of the reader. One `findall` of `WHOLE_LINE` gives a tuple per line,
     without a match object: a line that is one intact COLL record is read in bulk with
     the others like it (`_claimed`: a map over the tuples per field, the shape of each
-    (prefix, op, shape, globalrank) from a cache (`state.shapes`), the opCounts
+    (prefix, op, the record's text from `count`) from a cache (`state.shapes`), the opCounts
     converted by one `map`); every other line where LINE could match anything (INIT,
     TUNING, malformed or merged records) is read one match at a time (`_scan_range`),
     between the claimed lines before and after it, so that the events stay in file
