@@ -61,3 +61,29 @@ def test_dense_key_equal_exactly_where_every_column_is(n, dtypes, data):
             assert (key[i] == key[j]) == (rows[i] == rows[j])
     for c, k in zip(columns, kept):                   # the caller's columns are left as they were
         assert c.dtype == k.dtype and c.tolist() == k.tolist()
+
+
+@given(st.lists(st.integers(-2**62, 2**62), min_size=0, max_size=60), st.integers(0, 3))
+def test_dense_codes_of_call_sizes_are_np_uniques_inverse(values, repeat):
+    # Few distinct values among many are searched in a table of them (a sample's, and
+    # what it missed); any values at all give np.unique's inverse.
+    from collc.profile.matching import _int_codes
+    v = np.array(values * (1 + 200 * repeat), dtype=np.int64)
+    assert np.array_equal(_int_codes(v, dense=True), np.unique(v, return_inverse=True)[1].reshape(-1))
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6)), min_size=0, max_size=80), st.booleans())
+def test_repeated_seqs_only_where_a_stream_has_a_seq_twice(records, timed):
+    # Streams whose seqs rise are passed over; the others are checked exactly.
+    from collc.profile.matching import _repeated_seqs, _stream_order
+    if not records:
+        return
+    stream = np.array([s for s, _ in records], dtype=np.int64)
+    seq = np.array([q for _, q in records], dtype=np.int64)
+    start = np.arange(len(records), 0, -1, dtype=np.float64)          # issue order: the reverse of reading
+    _, order, ordered = _stream_order(stream, start, np.full(len(records), not timed))
+    want = np.zeros(int(stream.max()) + 1, dtype=bool)
+    for s in set(stream.tolist()):
+        seqs = seq[stream == s].tolist()
+        want[s] = len(seqs) != len(set(seqs))
+    assert np.array_equal(_repeated_seqs(stream, seq, order, ordered), want)
