@@ -150,14 +150,20 @@ def _stream_order(stream: np.ndarray, start: np.ndarray, start_none: np.ndarray
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=stream.dtype)
     streams = int(stream.max()) + 1
     all_started = np.bincount(stream[start_none], minlength=streams) == 0
-    position = np.arange(n)
-    sort_key = np.where(all_started[stream], start, position.astype(np.float64))
-    order = np.lexsort((position, sort_key, stream))
+    if all_started.any():
+        position = np.arange(n)
+        sort_key = np.where(all_started[stream], start, position.astype(np.float64))
+        order = np.lexsort((position, sort_key, stream))
+        del position, sort_key
+    else:       # no stream timed throughout (an NCCL log's calls): read order, one stable sort
+        order = np.argsort(stream, kind="stable")
     ordered = stream[order]
     begins = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     lengths = np.diff(np.r_[begins, n])
+    ranks = np.arange(n, dtype=np.int64)
+    ranks -= np.repeat(begins, lengths)
     nth = np.empty(n, dtype=np.int64)
-    nth[order] = np.arange(n) - np.repeat(begins, lengths)
+    nth[order] = ranks
     return nth, order, ordered
 
 
@@ -338,7 +344,7 @@ def match(cols: CallColumns) -> Matched:
     recv = r.code_of(r.collectives, "recv")
     is_send = r.collective == send
     is_p2p = is_send | (r.collective == recv)
-    kind = np.full(n, _ALONE, dtype=np.int64)
+    kind = np.full(n, _ALONE, dtype=np.int8)
     a = np.arange(n, dtype=np.int64)          # the key's columns after the kind and the communicator
     b = np.zeros(n, dtype=np.int64)
     c = np.zeros(n, dtype=np.int64)
