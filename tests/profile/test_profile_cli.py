@@ -213,3 +213,15 @@ def test_kernels_named_by_their_name_are_marked(tmp_path, capsys):
 def test_workers_must_be_positive(capsys):
     code, _, err = run(capsys, sample(KINETO), "--workers", "0")
     assert code == 2 and "--workers must be at least 1" in err
+
+
+def test_a_logs_profile_loads_no_masked_arrays(tmp_path):
+    # np.unique without its optional outputs imports numpy.ma (10 ms of a small log's
+    # command) to check for a masked array; the mix numbers values without it.
+    import subprocess
+    import sys
+    code = ("import sys; from collc.cli import main; main(['profile', sys.argv[1], '--json', sys.argv[2]]); "
+            "print('numpy.ma' in sys.modules, 'numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, str(sample(NCCL_LOG, LOGS)), str(tmp_path / "out.json")],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-2:] == ["False", "True"]

@@ -715,11 +715,12 @@ def paired_runs(events: Events) -> list[tuple[int, int]]:
     # Each event's thread, as a code: by shape for a COLL line, by thread for a TUNING line.
     codes: dict[tuple[bytes, bytes], int] = {}
     shape_code = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-    for sid in np.unique(ids[is_call]).tolist():
+    # Distinct ids by counting (small non-negative ints; np.unique would import numpy.ma).
+    for sid in np.flatnonzero(np.bincount(ids[is_call])).tolist():
         shape_code[sid] = codes.setdefault(events.shapes[sid][0], len(codes))
     thread_ids = ~ids[~is_call]
     thread_code = np.full(int(thread_ids.max()) + 1, -1, dtype=np.int64)
-    for tid in np.unique(thread_ids).tolist():
+    for tid in np.flatnonzero(np.bincount(thread_ids)).tolist():
         thread_code[tid] = codes.setdefault(events.threads[tid], len(codes))
     code = np.empty(n, dtype=np.int64)
     code[is_call] = shape_code[ids[is_call]]
