@@ -254,8 +254,10 @@ def _file_tasks(f: BinaryIO, size: int, speculation: _Speculation) -> Iterator[_
                 unread.clear()
                 speculation.reading = True
             if speculation.reading:
-                data, end = _piece_at(fd, start, size)
+                # The piece goes out before it is read here (for its INIT lines, for the next).
+                end = _cut_at(fd, start, size)
                 yield _Piece(_scan_file_range, (path, identity, start, start + end, *tables.snapshot()))
+                data, _ = _piece_at(fd, start, size)
                 tables.see(data, 0, end)
                 speculation.reading = speculation.missed    # after the first piece: hand out unread
             else:
