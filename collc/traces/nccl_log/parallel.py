@@ -246,10 +246,10 @@ def _file_tasks(f: BinaryIO, size: int, speculation: _Speculation) -> Iterator[_
         start = 0
         unread: list[tuple[int, int]] = []       # pieces handed out since the last one read here
         while start < size:
-            if speculation.missed and speculation.reading is False:
+            if speculation.missed and not speculation.reading:
                 # Catch up: the INIT lines of the pieces handed out unread, in order.
                 for lo, hi in unread:
-                    data, end = _piece_at(fd, lo, size)
+                    data, _ = _piece_at(fd, lo, size)
                     tables.see(data, 0, hi - lo)
                 unread.clear()
                 speculation.reading = True
