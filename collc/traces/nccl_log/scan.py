@@ -78,14 +78,14 @@ _LINE_PATTERN = (
 # sub-pattern as LINE's up to `count`; the rest is checked once per distinct text
 # against the record's tail (`_RECORD_TAIL`, in `scan`: a line with more after the
 # record, such as a second record, is then read by LINE): reading every line's tail
-# field by field took a fifth of the regex's time. A TUNING line of the same form (its text after
-# the first `NCCL INFO `, and no other `NCCL INFO ` after it: what
+# field by field took a fifth of the regex's time. A TUNING line of the same form (its
+# text after the first `NCCL INFO `, and no other `NCCL INFO ` after it: what
 # NCCL_DEBUG_SUBSYS=COLL,TUNING writes after every call) gives (prefix, b"", b"", b"",
-# its TUNING text, b""); a line where LINE could match
-# anything else (an INIT line, a malformed or merged record: a `NCCL INFO ` followed by
-# what LINE's alternatives start with) gives its `NCCL INFO ` as the last field, and is
-# read by LINE; any other line gives empty fields. `findall` then returns a tuple per
-# line: the line numbers are the indices, and no match object is made.
+# its TUNING text, b""); a line where LINE could match anything else (an INIT line, a
+# malformed or merged record: a `NCCL INFO ` followed by what LINE's alternatives start
+# with) gives its `NCCL INFO ` as the last field, and is read by LINE; any other line
+# gives empty fields. `findall` then returns a tuple per line: the line numbers are the
+# indices, and no match object is made.
 _BEFORE_FIRST_INFO = rb"(?:[^N\n]++|N(?!CCL INFO ))*+"       # a line's text up to its first `NCCL INFO `
 
 
@@ -476,8 +476,9 @@ def _claimed_calls(rows: list[tuple], part: list[tuple], idx: list[int], lo: int
         if events.stamps is None:
             events.stamps = [None] * len(events.ids)
     else:
-        # (prefix, op, the record's text from `count`): keys of their own (`_scan_range`'s
-        # are finer), each shape made from the line by LINE the first time it is seen.
+        # (prefix, op, the record's text from `count`): keys of their own (finer than
+        # `_scan_range`'s: the text holds the stream), each shape made from the line by
+        # LINE the first time it is seen.
         keys = list(map(itemgetter(_PRE, _ROW_OP, _ROW_SHAPE), coll))
     sids = list(map(state.shapes.get, keys))
     if None in sids:
