@@ -44,10 +44,18 @@ from make_hsdp_log import make_log  # noqa: E402  (a script beside this one)
 # The measured process writes its own peak resident set (KiB) as it leaves, the parent's
 # peak apart from its workers': collc's command leaves through os._exit (no teardown),
 # so that is wrapped too; forked workers, which also leave through it, write nothing.
+# The peak is VmHWM, as in bench_profile_read.py: ru_maxrss keeps, across exec, the size
+# of the process that started it (this one, after it wrote a 573 MB log or built a 1 GiB
+# trace: the 3 M-record and Kineto rows read 1,846 MiB that were this script's own).
 PEAK = ("import atexit, os, resource\n"
+        "def _hwm_kib():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmHWM:'):\n"
+        "            return int(line.split()[1])\n"
+        "    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "def _peak(pid=os.getpid()):\n"
         "    if os.getpid() == pid:\n"
-        "        open(os.environ['BENCH_PEAK_FILE'], 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+        "        open(os.environ['BENCH_PEAK_FILE'], 'w').write(str(_hwm_kib()))\n"
         "def _leave(code, _exit=os._exit):\n"
         "    _peak()\n"
         "    _exit(code)\n"
