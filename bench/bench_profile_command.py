@@ -134,6 +134,9 @@ def main() -> int:
                     help="the baseline: the collc installed in this site-packages folder")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profile_command.json")
     args = ap.parse_args()
+    if args.baseline_site is not None and not (args.baseline_site / "collc").is_dir():
+        # Else PYTHONPATH names nothing, and the "baseline" runs this collc again.
+        ap.error(f"--baseline-site {args.baseline_site}: no collc package in it")
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                  "affinity": len(os.sched_getaffinity(0))}, "rows": []}
     with tempfile.TemporaryDirectory(prefix="collc-bench-") as tmpdir:
